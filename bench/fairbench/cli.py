@@ -1,0 +1,49 @@
+"""The ``fairbench`` command: one subcommand per module, imported only when chosen.
+
+Importing lazily keeps ``fairbench sweep`` fast to its first request: the
+simulator, the campaign model and the report each pull in their own imports.
+Each command module exposes ``configure(parser)`` and ``run(args) -> int``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "sweep": ("fairbench.sweep_cli", "run a concurrency sweep against one server"),
+}
+
+
+class UsageError(Exception):
+    """Invalid command-line input; the message names the argument and the rule."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="fairbench", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (_, help_text) in COMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    if not argv or argv[0] not in COMMANDS:
+        parser.parse_args(argv)  # prints usage or the unknown-command error and exits
+        return 2
+    name = argv[0]
+    module = importlib.import_module(COMMANDS[name][0])
+    command_parser = argparse.ArgumentParser(prog=f"fairbench {name}", description=COMMANDS[name][1])
+    module.configure(command_parser)
+    args = command_parser.parse_args(argv[1:])
+    try:
+        return int(module.run(args))
+    except UsageError as exc:
+        print(f"fairbench {name}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"fairbench {name}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

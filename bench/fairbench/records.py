@@ -1,0 +1,62 @@
+"""Per-request records: what the client observed, the only input of the metrics.
+
+Times are ``time.perf_counter_ns()`` readings of the client process, so they are
+comparable with each other within one sweep and with nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One request of a point, as seen by the client.
+
+    A *content chunk* is a stream event that carried at least one output token
+    according to the server's cumulative count (``usage.completion_tokens`` or
+    ``meta_info.completion_tokens``). ``chunk_ns[i]`` is its arrival time and
+    ``chunk_tokens[i]`` the number of tokens it carried (the increase of the
+    server's count), so ``sum(chunk_tokens) == output_len`` on success.
+    """
+
+    index: int
+    """Position of the prompt in the point's workload."""
+    prompt_len: int
+    """Input tokens: the server-reported prompt length when it gave one."""
+    output_len_requested: int
+    """The ``max_tokens`` / ``max_new_tokens`` sent with ``ignore_eos``."""
+    start_ns: int = 0
+    """Just before the request was written to the connection."""
+    end_ns: int = 0
+    """Arrival of the last stream line (``[DONE]``), or the moment it failed."""
+    chunk_ns: list[int] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    output_len: int = 0
+    """Completion tokens as the server counted them (0 when it never said)."""
+    status: int = 0
+    """HTTP status; 0 when no response arrived."""
+    error: str = ""
+    """Empty on success, else the reason (with a body excerpt for HTTP errors)."""
+
+    @property
+    def success(self) -> bool:
+        return not self.error
+
+    @property
+    def ttft_ns(self) -> int:
+        """First content chunk minus send time; 0 when there was none."""
+        return self.chunk_ns[0] - self.start_ns if self.chunk_ns else 0
+
+    @property
+    def latency_ns(self) -> int:
+        """End-to-end latency: last stream line minus send time."""
+        return self.end_ns - self.start_ns
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RequestRecord:
+        return cls(**data)
