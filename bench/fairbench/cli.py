@@ -11,6 +11,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("fairbench.sweep_cli", "run a concurrency sweep against one server"),
@@ -19,6 +20,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 class UsageError(Exception):
     """Invalid command-line input; the message names the argument and the rule."""
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """Reports a bad argument in one line (argparse's own error also prints the usage)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -32,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     name = argv[0]
     module = importlib.import_module(COMMANDS[name][0])
-    command_parser = argparse.ArgumentParser(prog=f"fairbench {name}", description=COMMANDS[name][1])
+    command_parser = OneLineErrorParser(prog=f"fairbench {name}", description=COMMANDS[name][1])
     module.configure(command_parser)
     args = command_parser.parse_args(argv[1:])
     try:

@@ -1,0 +1,255 @@
+"""A concurrency sweep: for each repeat and level, warm up, measure a closed loop, write the point.
+
+At a level of concurrency C, C workers each send one request at a time and send
+the next the moment theirs ends, until the level's prompts are used up. Points
+are written one by one as they complete (see results.py), so an interrupted
+sweep resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from time import perf_counter, perf_counter_ns
+from typing import Any
+
+from fairbench import __version__
+from fairbench.client import ApiFormat, StreamClient
+from fairbench.metrics import point_metrics
+from fairbench.progress import Progress
+from fairbench.records import RequestRecord
+from fairbench.results import ResultsDir, point_id
+from fairbench.workload import Prompt, Workload, WorkloadSpec, parse_count
+
+MIN_PROMPTS_PER_LEVEL = 16
+LAG_SAMPLE_INTERVAL_S = 0.01
+# The error rate is judged only once this many requests of the level have ended,
+# so that one early failure does not stop a level.
+ERROR_RATE_MIN_REQUESTS = 8
+
+# sglang.bench_serving's name for each API, so its tooling reads our points.
+BACKEND_NAMES = {"completions": "sglang-oai", "chat": "sglang-oai-chat", "generate": "sglang"}
+
+
+@dataclass(slots=True)
+class SweepSpec:
+    """Everything that decides what a sweep measures, and how it reaches the server."""
+
+    url: str
+    workload: WorkloadSpec
+    concurrency: list[int]
+    api: str = "completions"
+    prompts_per_level: str = "10x"
+    warmup: str = "2x"
+    repeats: int = 1
+    flush_cache: bool = False
+    max_error_rate: float = 0.5
+    model: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    gpus: int | None = None
+    connect_timeout: float = 10.0
+    read_timeout: float = 600.0
+
+    def settings(self) -> dict[str, Any]:
+        """The inputs a resumed sweep must share with the original (see ResultsDir.prepare)."""
+        return {
+            "api": self.api,
+            "workload": asdict(self.workload),
+            "concurrency": self.concurrency,
+            "prompts_per_level": self.prompts_per_level,
+            "warmup": self.warmup,
+            "repeats": self.repeats,
+            "flush_cache": self.flush_cache,
+            "gpus": self.gpus,
+        }
+
+
+class LoopLagMonitor:
+    """Samples how late the event loop wakes a 10 ms sleep: proof the client kept up."""
+
+    def __init__(self) -> None:
+        self.lags_s: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def _sample(self) -> None:
+        while True:
+            before = perf_counter()
+            await asyncio.sleep(LAG_SAMPLE_INTERVAL_S)
+            self.lags_s.append(max(0.0, perf_counter() - before - LAG_SAMPLE_INTERVAL_S))
+
+    def start(self) -> None:
+        self.lags_s = []
+        self._task = asyncio.get_running_loop().create_task(self._sample())
+
+    async def stop(self) -> dict[str, float]:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        lags = sorted(self.lags_s) or [0.0]
+        return {
+            "event_loop_lag_mean_ms": 1000 * sum(lags) / len(lags),
+            "event_loop_lag_p99_ms": 1000 * lags[min(len(lags) - 1, int(0.99 * len(lags)))],
+            "event_loop_lag_max_ms": 1000 * lags[-1],
+        }
+
+
+async def run_closed_loop(
+    client: StreamClient,
+    *,
+    prompts: list[Prompt],
+    bodies: list[bytes],
+    concurrency: int,
+    on_done: Callable[[RequestRecord], None],
+    max_error_rate: float | None = None,
+) -> tuple[list[RequestRecord], bool]:
+    """Send every prompt with ``concurrency`` requests in flight; returns (records, stopped early).
+
+    When ``max_error_rate`` is given and the failed share of ended requests passes it,
+    no new request is sent; those in flight are allowed to end.
+    """
+    records: list[RequestRecord] = []
+    next_index = 0
+    failed = 0
+    stopped = False
+
+    async def worker() -> None:
+        nonlocal next_index, failed, stopped
+        while not stopped and next_index < len(prompts):
+            index = next_index
+            next_index += 1
+            record = await client.request(prompts[index], bodies[index])
+            records.append(record)
+            failed += not record.success
+            on_done(record)
+            if (
+                max_error_rate is not None
+                and len(records) >= ERROR_RATE_MIN_REQUESTS
+                and failed / len(records) > max_error_rate
+            ):
+                stopped = True
+
+    await asyncio.gather(*(worker() for _ in range(min(concurrency, len(prompts)))))
+    return records, stopped
+
+
+class Sweep:
+    """Runs a SweepSpec against one server into one ResultsDir."""
+
+    def __init__(self, spec: SweepSpec, results: ResultsDir, progress: Progress) -> None:
+        self.spec = spec
+        self.results = results
+        self.progress = progress
+        self.workload = Workload(spec.workload)
+
+    def plan(self, done: set[str]) -> list[tuple[int, int]]:
+        """(concurrency, repeat) of each point to measure; repeat-major, so repeats are spread in time."""
+        return [
+            (level, repeat)
+            for repeat in range(self.spec.repeats)
+            for level in self.spec.concurrency
+            if point_id(level, repeat) not in done
+        ]
+
+    async def run(self, *, resume: bool = False) -> list[dict[str, Any]]:
+        """Measure every missing point; returns the points written by this call."""
+        spec = self.spec
+        self.results.prepare(spec.settings(), resume=resume)
+        self.results.discard_partial()
+        todo = self.plan(self.results.completed_ids())
+        skipped = len(spec.concurrency) * spec.repeats - len(todo)
+        if skipped:
+            self.progress.note(f"resuming: {skipped} point(s) already in {self.results.points_path}")
+        written: list[dict[str, Any]] = []
+        if not todo:
+            return written
+        async with StreamClient(
+            spec.url,
+            ApiFormat(spec.api, spec.model or ""),
+            concurrency=max(level for level, _ in todo),
+            api_key=spec.api_key,
+            connect_timeout=spec.connect_timeout,
+            read_timeout=spec.read_timeout,
+        ) as client:
+            if spec.api != "generate" and not spec.model:
+                models = await client.get_json("/v1/models")
+                client.api.model = models["data"][0]["id"]
+            else:
+                await client.get_json("/health")
+            for level, repeat in todo:
+                point, records = await self._measure_point(client, level, repeat)
+                self.results.write_point(point, records)
+                written.append(point)
+        return written
+
+    async def _measure_point(
+        self, client: StreamClient, level: int, repeat: int
+    ) -> tuple[dict[str, Any], list[RequestRecord]]:
+        spec = self.spec
+        pid = point_id(level, repeat)
+        count = parse_count(spec.prompts_per_level, level, minimum=MIN_PROMPTS_PER_LEVEL)
+        warmup_count = parse_count(spec.warmup, level)
+        prompts = self.workload.prompts(count, concurrency=level, repeat=repeat)
+        bodies = [client.api.body(prompt) for prompt in prompts]
+        if spec.flush_cache:
+            status, body = await client.post("/flush_cache")
+            if status != 200:
+                self.progress.note(f"{pid}: /flush_cache answered HTTP {status}: {body}")
+        warmup_failed = 0
+        if warmup_count:
+            warm = self.workload.prompts(warmup_count, concurrency=level, repeat=repeat, phase="warmup")
+            self.progress.start(f"{pid} warmup", warmup_count)
+            warm_records, _ = await run_closed_loop(
+                client,
+                prompts=warm,
+                bodies=[client.api.body(prompt) for prompt in warm],
+                concurrency=level,
+                on_done=self.progress.request_done,
+            )
+            warmup_failed = sum(not record.success for record in warm_records)
+        started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        self.progress.start(pid, count)
+        monitor = LoopLagMonitor()
+        monitor.start()
+        cpu_before = time.process_time()
+        start_ns = perf_counter_ns()
+        records, stopped_early = await run_closed_loop(
+            client,
+            prompts=prompts,
+            bodies=bodies,
+            concurrency=level,
+            on_done=self.progress.request_done,
+            max_error_rate=spec.max_error_rate,
+        )
+        duration_s = (perf_counter_ns() - start_ns) / 1e9
+        client_cpu_s = time.process_time() - cpu_before
+        lag = await monitor.stop()
+        records.sort(key=lambda record: record.index)
+        metrics = point_metrics(records, duration_s, level, gpus=spec.gpus)
+        point: dict[str, Any] = {
+            "point_id": pid,
+            "repeat": repeat,
+            "backend": BACKEND_NAMES[spec.api],
+            "dataset_name": "random-ids" if spec.workload.dataset == "random-ids" else "sharegpt",
+            "max_concurrency": level,
+            "random_input_len": spec.workload.input_len,
+            "random_output_len": spec.workload.output_len,
+            "random_range_ratio": spec.workload.range_ratio,
+            **metrics,
+            "num_prompts": count,
+            "warmup_requests": warmup_count,
+            "warmup_failed": warmup_failed,
+            "stopped_early": stopped_early,
+            "client_cpu_s": client_cpu_s,
+            **lag,
+            "started_at": started_at,
+            "fairbench_version": __version__,
+        }
+        self.progress.finish(
+            f"{metrics['completed']}/{count} ok, {metrics['output_throughput']:,.0f} tok/s, "
+            f"TTFT p50 {metrics['median_ttft_ms']:.1f} ms, TPOT p50 {metrics['median_tpot_ms']:.2f} ms"
+            + (" (stopped early: error rate)" if stopped_early else "")
+        )
+        return point, records

@@ -1,0 +1,176 @@
+"""``fairbench sweep``: a concurrency sweep against one running server."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from fairbench.cli import UsageError
+from fairbench.client import APIS, ServerUnreachable
+from fairbench.progress import Progress
+from fairbench.results import ResultsDir, ResultsError
+from fairbench.sweep import Sweep, SweepSpec
+from fairbench.workload import WorkloadError, WorkloadSpec, parse_count
+
+
+def _concurrency_list(text: str) -> list[int]:
+    try:
+        levels = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a comma-separated list of integers") from None
+    if not levels or any(level < 1 for level in levels):
+        raise argparse.ArgumentTypeError(f"{text!r} must list positive integers")
+    if len(set(levels)) != len(levels):
+        raise argparse.ArgumentTypeError(f"{text!r} lists a level twice")
+    return levels
+
+
+def _count(text: str) -> str:
+    try:
+        parse_count(text, 1)
+    except WorkloadError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _positive(kind: type[int] | type[float]) -> Any:
+    def check(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+        return value
+
+    return check
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:30000")
+    parser.add_argument(
+        "--api", choices=APIS, default="completions", help="generation API (default completions)"
+    )
+    parser.add_argument(
+        "--model", help="model name for the OpenAI APIs (default: the server's, from /v1/models)"
+    )
+    parser.add_argument(
+        "--api-key", default=os.environ.get("FAIRBENCH_API_KEY"), help="bearer token (or FAIRBENCH_API_KEY)"
+    )
+    parser.add_argument("--dataset", default="random-ids", help="random-ids, or a ShareGPT-style JSON file")
+    parser.add_argument("--input-len", type=_positive(int), required=True, help="input tokens per request")
+    parser.add_argument("--output-len", type=_positive(int), required=True, help="output tokens per request")
+    parser.add_argument("--range-ratio", type=float, default=1.0, help="draw lengths from [ratio*len, len]")
+    parser.add_argument("--concurrency", type=_concurrency_list, required=True, help="levels, e.g. 1,2,4,8")
+    parser.add_argument(
+        "--prompts-per-level", type=_count, default="10x", help="N, or Nx for N times the level (min 16)"
+    )
+    parser.add_argument("--warmup", type=_count, default="2x", help="warmup requests: N or Nx (default 2x)")
+    parser.add_argument(
+        "--repeats", type=_positive(int), default=1, help="measure every level this many times"
+    )
+    parser.add_argument("--seed", type=int, default=1, help="prompt seed (default 1)")
+    parser.add_argument("--flush-cache", action="store_true", help="POST /flush_cache before each level")
+    parser.add_argument(
+        "--max-error-rate", type=float, default=0.5, help="stop a level when more requests fail (default 0.5)"
+    )
+    parser.add_argument("--gpus", type=_positive(int), help="GPUs serving, for per-GPU throughput")
+    parser.add_argument("--connect-timeout", type=_positive(float), default=10.0, help="seconds (default 10)")
+    parser.add_argument(
+        "--read-timeout",
+        type=_positive(float),
+        default=600.0,
+        help="seconds without data before a stream fails",
+    )
+    parser.add_argument("--out", type=Path, required=True, help="results directory")
+    parser.add_argument("--resume", action="store_true", help="skip the points already in --out")
+    parser.add_argument(
+        "--progress", choices=("auto", "bar", "lines"), default="auto", help="live bar or plain lines"
+    )
+
+
+def spec_from_args(args: argparse.Namespace) -> SweepSpec:
+    try:
+        workload = WorkloadSpec(
+            input_len=args.input_len,
+            output_len=args.output_len,
+            dataset=args.dataset,
+            range_ratio=args.range_ratio,
+            seed=args.seed,
+            as_text=args.api == "chat",
+        )
+    except WorkloadError as exc:
+        raise UsageError(f"--{str(exc).replace('_', '-')}") from None
+    if args.dataset != "random-ids" and not Path(args.dataset).is_file():
+        raise UsageError(f"--dataset: {args.dataset} is not 'random-ids' nor a file")
+    if not 0.0 <= args.max_error_rate <= 1.0:
+        raise UsageError(f"--max-error-rate: {args.max_error_rate} must be between 0 and 1")
+    if not args.url.startswith(("http://", "https://")):
+        raise UsageError(f"--url: {args.url!r} must start with http:// or https://")
+    return SweepSpec(
+        url=args.url,
+        workload=workload,
+        concurrency=args.concurrency,
+        api=args.api,
+        prompts_per_level=args.prompts_per_level,
+        warmup=args.warmup,
+        repeats=args.repeats,
+        flush_cache=args.flush_cache,
+        max_error_rate=args.max_error_rate,
+        model=args.model,
+        api_key=args.api_key,
+        gpus=args.gpus,
+        connect_timeout=args.connect_timeout,
+        read_timeout=args.read_timeout,
+    )
+
+
+SUMMARY_COLUMNS = (
+    ("C", "max_concurrency", "{:d}"),
+    ("rep", "repeat", "{:d}"),
+    ("ok", "completed", "{:d}"),
+    ("failed", "failed", "{:d}"),
+    ("out tok/s", "output_throughput", "{:,.1f}"),
+    ("steady tok/s", "steady_output_throughput", "{:,.1f}"),
+    ("TTFT p50 ms", "median_ttft_ms", "{:,.1f}"),
+    ("TTFT p99 ms", "p99_ttft_ms", "{:,.1f}"),
+    ("TPOT p50 ms", "median_tpot_ms", "{:,.2f}"),
+    ("ITL p50 ms", "median_itl_ms", "{:,.2f}"),
+    ("tok/s/user", "per_user_tps", "{:,.1f}"),
+)
+
+
+def summary_table(points: list[dict[str, Any]]) -> str:
+    """Per-level summary, one row per point, columns right-aligned."""
+
+    def cell(point: dict[str, Any], key: str, fmt: str) -> str:
+        value = point.get(key)
+        return "-" if value is None else fmt.format(value)
+
+    rows = [[header for header, _, _ in SUMMARY_COLUMNS]]
+    rows += [[cell(point, key, fmt) for _, key, fmt in SUMMARY_COLUMNS] for point in points]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(SUMMARY_COLUMNS))]
+    return "\n".join(
+        "  ".join(text.rjust(width) for text, width in zip(row, widths, strict=False)) for row in rows
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    spec = spec_from_args(args)
+    results = ResultsDir(args.out)
+    live = {"auto": None, "bar": True, "lines": False}[args.progress]
+    sweep = Sweep(spec, results, Progress(sys.stderr, live=live))
+    try:
+        asyncio.run(sweep.run(resume=args.resume))
+    except (ResultsError, ServerUnreachable) as exc:
+        print(f"fairbench sweep: error: {exc}", file=sys.stderr)
+        return 1
+    points = results.points()
+    print(summary_table(points))
+    print(f"points:   {results.points_path}")
+    print(f"requests: {results.requests_dir}/")
+    return 0 if all(point["completed"] for point in points) else 1

@@ -1,0 +1,145 @@
+"""Prompts for a sweep point: exact-length random token ids, or a local ShareGPT-style file.
+
+Every point gets its own prompts, derived from (seed, phase, concurrency, repeat)
+alone: a campaign is reproducible bit for bit, and no two points (nor a point and
+its warmup) share a prompt, so a server's prefix cache cannot serve one point from
+another's work.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from array import array
+from dataclasses import dataclass
+from pathlib import Path
+
+# Token ids are drawn from this range: below the special tokens of every common
+# tokenizer (they sit at the top of the vocabulary, or below 100 in older ones).
+TOKEN_ID_LOW = 100
+TOKEN_ID_HIGH = 30_000
+
+# Chat prompts must be text. Without a tokenizer, random-ids prompts for chat are
+# built from short common words, about one token each; the server's count is used.
+_WORDS = (  # noqa: SIM905 - a word list reads better as text
+    "the of and to in is was for on with as by at from that this which are be or an "
+    "time year people way day man thing woman life child world school state family "
+    "student group country problem hand part place case week company system program"
+).split()
+
+
+class WorkloadError(ValueError):
+    """The workload cannot be built: the message names the input and the rule."""
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """One request's input. ``prompt`` is token ids, or text for chat and text datasets."""
+
+    index: int
+    prompt: list[int] | str
+    prompt_len: int
+    """Exact for token ids; an estimate for text (the server's count replaces it)."""
+    output_len: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSpec:
+    """How to build prompts. ``dataset`` is ``random-ids`` or a path to a ShareGPT-style JSON file."""
+
+    input_len: int
+    output_len: int
+    dataset: str = "random-ids"
+    range_ratio: float = 1.0
+    """Lengths are drawn uniformly from [max(1, int(len * ratio)), len]; 1.0 means exact."""
+    seed: int = 1
+    as_text: bool = False
+    """Prompts must be text (the chat API)."""
+
+    def __post_init__(self) -> None:
+        if self.input_len < 1:
+            raise WorkloadError(f"input_len: {self.input_len} must be a positive integer")
+        if self.output_len < 1:
+            raise WorkloadError(f"output_len: {self.output_len} must be a positive integer")
+        if not 0.0 < self.range_ratio <= 1.0:
+            raise WorkloadError(f"range_ratio: {self.range_ratio} must be in (0, 1]")
+
+
+def _draw_length(rng: random.Random, full: int, ratio: float) -> int:
+    return full if ratio >= 1.0 else rng.randint(max(1, int(full * ratio)), full)
+
+
+def _random_ids(rng: random.Random, length: int) -> list[int]:
+    # randbytes + array is ~20x faster than randrange per id: prompt preparation
+    # must not delay the first request of a large point.
+    raw = array("I", rng.randbytes(4 * length))
+    span = TOKEN_ID_HIGH - TOKEN_ID_LOW
+    return [TOKEN_ID_LOW + value % span for value in raw]
+
+
+def _random_text(rng: random.Random, length: int) -> str:
+    return " ".join(rng.choices(_WORDS, k=length))
+
+
+def _load_sharegpt(path: Path) -> list[str]:
+    """First human turn of every conversation with at least two turns."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise WorkloadError(f"dataset: cannot read {path}: {exc.strerror}") from exc
+    except json.JSONDecodeError as exc:
+        raise WorkloadError(f"dataset: {path}:{exc.lineno}: not valid JSON ({exc.msg})") from exc
+    if not isinstance(data, list):
+        raise WorkloadError(f"dataset: {path}: must be a JSON list of conversations")
+    prompts = []
+    for item in data:
+        turns = item.get("conversations", item.get("conversation")) if isinstance(item, dict) else None
+        if isinstance(turns, list) and len(turns) >= 2 and isinstance(turns[0], dict):
+            text = turns[0].get("value")
+            if isinstance(text, str) and text:
+                prompts.append(text)
+    if not prompts:
+        raise WorkloadError(f"dataset: {path}: no conversation with two or more turns")
+    return prompts
+
+
+class Workload:
+    """Builds the prompts of each point of a sweep."""
+
+    def __init__(self, spec: WorkloadSpec) -> None:
+        self.spec = spec
+        self._texts = None if spec.dataset == "random-ids" else _load_sharegpt(Path(spec.dataset))
+
+    def prompts(self, count: int, *, concurrency: int, repeat: int, phase: str = "measure") -> list[Prompt]:
+        """The ``count`` prompts of one point; ``phase`` separates warmup from measurement."""
+        spec = self.spec
+        # A string seed is hashed with SHA-512 by random.Random: stable across runs and versions.
+        rng = random.Random(f"fairbench/{spec.seed}/{phase}/c{concurrency}/r{repeat}")
+        prompts = []
+        for index in range(count):
+            input_len = _draw_length(rng, spec.input_len, spec.range_ratio)
+            output_len = _draw_length(rng, spec.output_len, spec.range_ratio)
+            prompt: list[int] | str
+            if self._texts is not None:
+                prompt = self._texts[rng.randrange(len(self._texts))]
+                input_len = len(prompt.split())
+            elif spec.as_text:
+                prompt = _random_text(rng, input_len)
+            else:
+                prompt = _random_ids(rng, input_len)
+            prompts.append(Prompt(index, prompt, input_len, output_len))
+        return prompts
+
+
+def parse_count(value: str | int, concurrency: int, *, minimum: int = 0) -> int:
+    """A request count: an integer, or ``Nx`` meaning N times the concurrency; at least ``minimum``."""
+    text = str(value).strip()
+    try:
+        count = round(float(text[:-1]) * concurrency) if text.endswith("x") else int(text)
+    except ValueError:
+        raise WorkloadError(
+            f"{value!r} is not a count (an integer, or Nx for N times the concurrency)"
+        ) from None
+    if count < 0:
+        raise WorkloadError(f"{value!r} must not be negative")
+    return max(count, minimum)

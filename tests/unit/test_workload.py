@@ -1,0 +1,121 @@
+"""Prompts: exact lengths, reproducible, distinct across points and phases."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fairbench.workload import TOKEN_ID_HIGH, TOKEN_ID_LOW, Workload, WorkloadError, WorkloadSpec, parse_count
+
+
+def test_random_ids_have_exact_length_and_stay_in_the_safe_id_range() -> None:
+    prompts = Workload(WorkloadSpec(input_len=1024, output_len=64)).prompts(20, concurrency=4, repeat=0)
+    assert len(prompts) == 20
+    for index, prompt in enumerate(prompts):
+        assert prompt.index == index
+        assert isinstance(prompt.prompt, list)
+        assert len(prompt.prompt) == prompt.prompt_len == 1024
+        assert prompt.output_len == 64
+        assert all(TOKEN_ID_LOW <= token < TOKEN_ID_HIGH for token in prompt.prompt)
+
+
+def test_same_seed_same_prompts_bit_for_bit() -> None:
+    spec = WorkloadSpec(input_len=128, output_len=16, seed=7, range_ratio=0.5)
+    first = Workload(spec).prompts(10, concurrency=8, repeat=1)
+    second = Workload(spec).prompts(10, concurrency=8, repeat=1)
+    assert first == second
+
+
+def test_points_phases_and_seeds_get_different_prompts() -> None:
+    workload = Workload(WorkloadSpec(input_len=64, output_len=8))
+    base = workload.prompts(4, concurrency=4, repeat=0)
+    others = [
+        workload.prompts(4, concurrency=8, repeat=0),
+        workload.prompts(4, concurrency=4, repeat=1),
+        workload.prompts(4, concurrency=4, repeat=0, phase="warmup"),
+        Workload(WorkloadSpec(input_len=64, output_len=8, seed=2)).prompts(4, concurrency=4, repeat=0),
+    ]
+    seen = {tuple(p.prompt) for p in base if isinstance(p.prompt, list)}
+    for other in others:
+        for prompt in other:
+            assert isinstance(prompt.prompt, list)
+            assert tuple(prompt.prompt) not in seen
+
+
+def test_range_ratio_draws_lengths_within_bounds() -> None:
+    prompts = Workload(WorkloadSpec(input_len=100, output_len=40, range_ratio=0.25)).prompts(
+        200, concurrency=1, repeat=0
+    )
+    inputs = {p.prompt_len for p in prompts}
+    outputs = {p.output_len for p in prompts}
+    assert min(inputs) >= 25 and max(inputs) <= 100 and len(inputs) > 20
+    assert min(outputs) >= 10 and max(outputs) <= 40 and len(outputs) > 10
+    assert all(isinstance(p.prompt, list) and len(p.prompt) == p.prompt_len for p in prompts)
+
+
+def test_chat_prompts_are_text_of_about_the_input_length() -> None:
+    prompts = Workload(WorkloadSpec(input_len=50, output_len=8, as_text=True)).prompts(
+        3, concurrency=1, repeat=0
+    )
+    for prompt in prompts:
+        assert isinstance(prompt.prompt, str)
+        assert len(prompt.prompt.split()) == 50
+
+
+def test_sharegpt_file_gives_first_human_turns(tmp_path: Path) -> None:
+    data = [
+        {"conversations": [{"from": "human", "value": "hello there"}, {"from": "gpt", "value": "hi"}]},
+        {"conversations": [{"from": "human", "value": "lonely"}]},
+        {"conversation": [{"from": "human", "value": "second form"}, {"from": "gpt", "value": "ok"}]},
+    ]
+    path = tmp_path / "sg.json"
+    path.write_text(json.dumps(data))
+    prompts = Workload(WorkloadSpec(input_len=10, output_len=5, dataset=str(path))).prompts(
+        30, concurrency=1, repeat=0
+    )
+    assert {p.prompt for p in prompts} == {"hello there", "second form"}
+    assert all(p.output_len == 5 for p in prompts)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", "not valid JSON"),
+        ('{"a": 1}', "must be a JSON list"),
+        ('[{"conversations": []}]', "no conversation with two or more turns"),
+    ],
+)
+def test_bad_sharegpt_file_is_named_with_the_rule(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(WorkloadError, match=message) as info:
+        Workload(WorkloadSpec(input_len=10, output_len=5, dataset=str(path)))
+    assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("field", "kwargs"),
+    [
+        ("input_len", {"input_len": 0}),
+        ("output_len", {"output_len": -1}),
+        ("range_ratio", {"range_ratio": 0.0}),
+    ],
+)
+def test_invalid_spec_names_the_field(field: str, kwargs: dict[str, float]) -> None:
+    args: dict[str, float] = {"input_len": 10, "output_len": 10, **kwargs}
+    with pytest.raises(WorkloadError, match=f"^{field}:"):
+        WorkloadSpec(**args)  # type: ignore[arg-type]
+
+
+def test_parse_count() -> None:
+    assert parse_count("10x", 4, minimum=16) == 40
+    assert parse_count("10x", 1, minimum=16) == 16
+    assert parse_count("2x", 3) == 6
+    assert parse_count("0.5x", 8) == 4
+    assert parse_count(25, 4) == 25
+    with pytest.raises(WorkloadError, match="not a count"):
+        parse_count("ten", 4)
+    with pytest.raises(WorkloadError, match="must not be negative"):
+        parse_count("-3", 4)
