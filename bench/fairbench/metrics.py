@@ -1,0 +1,355 @@
+"""Metrics of one point (one concurrency level, one repeat): pure functions of its request records.
+
+The entry point is :func:`point_metrics`. Its keys start with those of ``sglang.bench_serving``'s result
+line, in the same order and with the same formulas (``calculate_metrics`` in
+``sglang/benchmark/serving.py``), so tools that read sglang results read ours; fairbench's extras follow
+under their own names. Definitions, with *ok* the successful requests (``record.success``):
+
+- ``ttft`` = first content chunk - send; ``latency`` (e2e) = last stream line - send (see RequestRecord).
+- ``tpot`` = (latency - ttft) / (output_len - 1), for ok requests with output_len > 1 (:func:`tpot_ns`).
+- ``itl``: sglang's chunk ITL, one gap per content chunk after the first (:func:`chunk_itls_ns`).
+- ``token_itl``: per-token ITL, a chunk of k tokens counts as k gaps (:func:`token_itls_ns`).
+- Distributions over ok requests only: mean, median, population std (numpy's ddof=0) and percentiles
+  with numpy's default linear interpolation; an empty distribution gives 0 for every statistic, as
+  sglang's ``np.mean(x or 0)`` does. Times are in milliseconds.
+- Token counts come from the server (``record.output_len``); a failed request counts 0 output tokens.
+
+Numbers match numpy up to float rounding: we compute in integer nanoseconds and sum with ``math.fsum``,
+numpy sums float seconds pairwise. No numpy here: fairbench must reach its first request within 1 s of
+starting, and importing numpy alone would take a large share of that.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from bisect import bisect_left
+from collections.abc import Sequence
+
+from fairbench.records import RequestRecord
+
+NS_PER_S = 1_000_000_000
+NS_PER_MS = 1_000_000
+
+Metrics = dict[str, float | int]
+
+SGLANG_QUANTILES = (90, 95, 99)
+"""Percentiles sglang reports for ttft, tpot, itl and e2e latency."""
+TOKEN_ITL_QUANTILES = (95, 99)
+"""Percentiles fairbench reports for the per-token ITL (a subset of sglang's)."""
+
+
+# --- Statistics, numpy-compatible, stdlib only -------------------------------------------------------
+
+
+def mean(values: Sequence[float]) -> float:
+    """``np.mean(values or 0)``: sum(x) / n, and 0.0 for no values."""
+    return math.fsum(values) / len(values) if values else 0.0
+
+
+def std(values: Sequence[float]) -> float:
+    """``np.std(values or 0)``, the population standard deviation (ddof=0):
+    sqrt(sum((x - mean)^2) / n), and 0.0 for no values.
+    """
+    if not values:
+        return 0.0
+    center = mean(values)
+    return math.sqrt(math.fsum((value - center) ** 2 for value in values) / len(values))
+
+
+def median(values: Sequence[float]) -> float:
+    """``np.median(values or 0)``: the middle value, or the mean of the two middle values; 0.0 if none."""
+    return _median_of_sorted(sorted(values))
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """``np.percentile(values or 0, q)`` with numpy's default ``method="linear"``; 0.0 for no values.
+
+    With x sorted ascending and n values: v = (n - 1) * q / 100, i = floor(v), g = v - i,
+    result = x[i] + (x[i+1] - x[i]) * g (x[i+1] taken as x[n-1] past the end).
+    """
+    return _percentile_of_sorted(sorted(values), q)
+
+
+def _median_of_sorted(ordered: Sequence[float]) -> float:
+    count = len(ordered)
+    if count == 0:
+        return 0.0
+    middle = count // 2
+    if count % 2:
+        return float(ordered[middle])
+    return (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def _percentile_of_sorted(ordered: Sequence[float], q: float) -> float:
+    count = len(ordered)
+    if count == 0:
+        return 0.0
+    virtual_index = (count - 1) * (q / 100)
+    lower = math.floor(virtual_index)
+    upper = min(lower + 1, count - 1)
+    weight = virtual_index - lower
+    low, high = ordered[lower], ordered[upper]
+    # numpy's _lerp interpolates from the nearer end (for rounding); doing the same keeps us bit-equal.
+    if weight >= 0.5:
+        return float(high - (high - low) * (1 - weight))
+    return float(low + (high - low) * weight)
+
+
+def _summary_ms(
+    values: Sequence[float], ordered: Sequence[float], name: str, quantiles: Sequence[int]
+) -> Metrics:
+    """Statistics of nanosecond values, in milliseconds, under sglang's key names: ``mean_{name}_ms``,
+    ``median_{name}_ms``, ``std_{name}_ms``, then ``p{q}_{name}_ms`` per quantile.
+
+    ``ordered`` is ``sorted(values)``. The sums run over ``values`` as built: a sorted list visits its
+    number objects out of memory order, which made them several times slower on a million values.
+    """
+    stats: Metrics = {
+        f"mean_{name}_ms": mean(values) / NS_PER_MS,
+        f"median_{name}_ms": _median_of_sorted(ordered) / NS_PER_MS,
+        f"std_{name}_ms": std(values) / NS_PER_MS,
+    }
+    for q in quantiles:
+        stats[f"p{q}_{name}_ms"] = _percentile_of_sorted(ordered, q) / NS_PER_MS
+    return stats
+
+
+# --- Per-request quantities --------------------------------------------------------------------------
+
+
+def tpot_ns(record: RequestRecord) -> float | None:
+    """Time per output token: (latency - ttft) / (output_len - 1); None when output_len <= 1.
+
+    As in sglang, the decode time runs to the last stream line (not the last content chunk) and is
+    divided by every token after the first, including any that arrived in the first chunk.
+    """
+    if record.output_len <= 1:
+        return None
+    return (record.latency_ns - record.ttft_ns) / (record.output_len - 1)
+
+
+def chunk_itls_ns(record: RequestRecord) -> list[int]:
+    """sglang's inter-token latencies: chunk_ns[i] - chunk_ns[i-1] for every content chunk i >= 1.
+
+    One gap per chunk whatever its token count, as sglang's OpenAI-API clients measure it: with chunks
+    of several tokens (``--num-continuous-decode-steps``, speculative decoding) this is a per-chunk
+    latency, which is why :func:`token_itls_ns` exists.
+    """
+    times = record.chunk_ns
+    return list(map(operator.sub, times[1:], times))
+
+
+def token_itls_ns(record: RequestRecord) -> list[float]:
+    """Per-token inter-token latencies: content chunk i >= 1 carrying k tokens adds k gaps of
+    (chunk_ns[i] - chunk_ns[i-1]) / k.
+
+    This spreads each chunk's gap evenly over its tokens, as sglang's native ``/generate`` client does.
+    The first chunk adds no gaps, even when it carries several tokens: the gaps between those tokens
+    passed inside the TTFT, unobserved. Counting them as 0 would pull the mean and percentiles below
+    the true decode rate, and spreading the TTFT over them would mix prefill into decode; leaving them
+    out keeps every gap a measured decode interval (sglang's ``/generate`` client leaves them out too).
+    A chunk of 0 tokens (the records' contract excludes them) is merged into the next chunk, as
+    sglang's ``/generate`` client does, instead of dividing by zero.
+    """
+    times = record.chunk_ns
+    if _one_token_per_later_chunk(record):
+        gaps: list[float] = list(map(operator.sub, times[1:], times))
+        return gaps
+    later_tokens = record.chunk_tokens[1:]
+    gaps = []
+    previous = times[0]
+    for arrival, count in zip(times[1:], later_tokens, strict=True):
+        if count <= 0:
+            continue
+        if count == 1:
+            gaps.append(float(arrival - previous))
+        else:
+            gaps.extend([(arrival - previous) / count] * count)
+        previous = arrival
+    return gaps
+
+
+def _one_token_per_later_chunk(record: RequestRecord) -> bool:
+    """Whether every chunk after the first carried exactly one token: then token ITL = chunk ITL."""
+    later_tokens = record.chunk_tokens[1:]
+    return later_tokens.count(1) == len(later_tokens)
+
+
+# --- Whole-point quantities --------------------------------------------------------------------------
+
+
+def peak_per_second(records: Sequence[RequestRecord]) -> tuple[float, int]:
+    """sglang's ``(max_output_tokens_per_s, max_concurrent_requests)``, from 1-second buckets.
+
+    Over ok requests, with t0 = the earliest start and T = the latest end, there are
+    ceil((T - t0) / 1 s) + 1 buckets, bucket b covering [t0 + b s, t0 + (b+1) s).
+    - Output events: sglang places one at start + ttft and one more per ITL gap, which with its
+      chunk ITL puts one event at each content chunk's arrival (a successful request without any
+      content chunk has ttft 0, so one event at its start). A chunk of k tokens is one event, so on
+      the OpenAI API this counts chunks, not tokens. max_output_tokens_per_s = max events in a bucket.
+    - A request is active in every bucket from its start's to its end's, both included.
+      max_concurrent_requests = max active requests in a bucket.
+    Both are 0 when no request succeeded.
+    """
+    succeeded = [record for record in records if record.success]
+    if not succeeded:
+        return 0.0, 0
+    origin = min(record.start_ns for record in succeeded)
+    last_end = max(record.end_ns for record in succeeded)
+    bucket_count = -(-(last_end - origin) // NS_PER_S) + 1
+    events_per_bucket = [0] * bucket_count
+    active_per_bucket = [0] * bucket_count
+    for record in succeeded:
+        events = record.chunk_ns or [record.start_ns]
+        # Events are in arrival order: bisect each bucket's upper edge instead of visiting every event.
+        first_bucket = (events[0] - origin) // NS_PER_S
+        last_bucket = min((events[-1] - origin) // NS_PER_S, bucket_count - 1)
+        taken = 0
+        for bucket in range(first_bucket, last_bucket + 1):
+            below_edge = bisect_left(events, origin + (bucket + 1) * NS_PER_S, taken)
+            events_per_bucket[bucket] += below_edge - taken
+            taken = below_edge
+        start_bucket = (record.start_ns - origin) // NS_PER_S
+        end_bucket = (record.end_ns - origin) // NS_PER_S
+        for bucket in range(start_bucket, min(end_bucket + 1, bucket_count)):
+            active_per_bucket[bucket] += 1
+    return float(max(events_per_bucket)), max(active_per_bucket)
+
+
+def steady_window(records: Sequence[RequestRecord], concurrency: int) -> tuple[int, int] | None:
+    """The stretch of the point in which all C streams were active, as [start_ns, end_ns).
+
+    start = the C-th earliest request start (before it, the point was still ramping up);
+    end = the earliest request end strictly after the last request start (from then on no request
+    replaces a finished one, so fewer than C run). Every request counts, failed ones too: each holds
+    one of the C slots while it runs. It assumes a closed loop that starts a new request the moment
+    one ends, as fairbench's sweep does; the instants between an end and its replacement's start
+    are not taken out. None when there are fewer than C requests or the window is empty.
+    """
+    starts = sorted(record.start_ns for record in records)
+    if concurrency < 1 or len(starts) < concurrency:
+        return None
+    window_start = starts[concurrency - 1]
+    last_start = starts[-1]
+    window_end = min((record.end_ns for record in records if record.end_ns > last_start), default=None)
+    if window_end is None or window_end <= window_start:
+        return None
+    return window_start, window_end
+
+
+def tokens_in_window(records: Sequence[RequestRecord], window: tuple[int, int]) -> int:
+    """Output tokens of ok requests whose chunk arrived in [start_ns, end_ns): sum of chunk_tokens[i]
+    over chunks with start_ns <= chunk_ns[i] < end_ns. Failed requests count 0, as in output_throughput.
+    """
+    window_start, window_end = window
+    total = 0
+    for record in records:
+        if not record.success:
+            continue
+        first = bisect_left(record.chunk_ns, window_start)
+        past = bisect_left(record.chunk_ns, window_end, first)
+        total += sum(record.chunk_tokens[first:past])
+    return total
+
+
+# --- The point -------------------------------------------------------------------------------------
+
+
+def point_metrics(
+    records: Sequence[RequestRecord], duration_s: float, concurrency: int, gpus: int | None = None
+) -> Metrics:
+    """All metrics of one point: sglang.bench_serving's result keys in its order, then fairbench's extras.
+
+    ``duration_s`` is the point's measured wall time (sglang's ``benchmark_duration``: from before the
+    first request to after the last), ``concurrency`` the target number of requests in flight, ``gpus``
+    the number of GPUs serving (``output_throughput_per_gpu`` only when given).
+
+    sglang keys, with D = duration_s and sums over ok requests:
+    - duration = D; completed = number of ok requests
+    - total_input_tokens = sum(prompt_len); total_input_text_tokens = the same (text prompts only);
+      total_input_vision_tokens = 0; total_output_tokens = sum(output_len)
+    - request_throughput = completed / D; input_throughput = total_input_tokens / D;
+      output_throughput = total_output_tokens / D;
+      total_throughput = (total_input_tokens + total_output_tokens) / D
+    - {mean,median,std,p90,p95,p99}_{e2e_latency,ttft,tpot,itl}_ms (see the module docstring);
+      max_itl_ms = max chunk ITL (in sglang's metrics, though not in its result line)
+    - concurrency = sum(latency) / D, the mean number of requests in flight (Little's law)
+    - max_output_tokens_per_s, max_concurrent_requests: see :func:`peak_per_second`
+    Extras:
+    - {mean,median,std,p95,p99}_token_itl_ms: per-token ITL (:func:`token_itls_ns`)
+    - per_user_tps = 1000 / median_tpot_ms, the decode speed one user sees; 0 when there is no TPOT
+    - output_throughput_per_gpu = output_throughput / gpus, only when gpus is given
+    - steady_duration = length of :func:`steady_window` in seconds, 0.0 when there is none;
+      steady_output_throughput = :func:`tokens_in_window` / steady_duration, only when steady_duration > 0
+    - failed = number of failed requests; error_rate = failed / number of requests (0 for none)
+    """
+    if not duration_s > 0:
+        raise ValueError(f"duration_s must be positive, got {duration_s}")
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+    if gpus is not None and gpus < 1:
+        raise ValueError(f"gpus must be at least 1 when given, got {gpus}")
+
+    succeeded = [record for record in records if record.success]
+    completed = len(succeeded)
+    total_input = sum(record.prompt_len for record in succeeded)
+    total_output = sum(record.output_len for record in succeeded)
+    latencies = [record.latency_ns for record in succeeded]
+    ttfts = [record.ttft_ns for record in succeeded]
+    tpots = [tpot for tpot in map(tpot_ns, succeeded) if tpot is not None]
+    chunk_itls: list[int] = []
+    for record in succeeded:
+        chunk_itls += chunk_itls_ns(record)
+    sorted_chunk_itls = sorted(chunk_itls)
+    chunk_itl_stats = _summary_ms(chunk_itls, sorted_chunk_itls, "itl", SGLANG_QUANTILES)
+    # A point can hold a million gaps, and sorting them dominates the cost. With one token per chunk
+    # the per-token ITLs are the chunk ITLs: copy their statistics instead of computing them again.
+    token_itl_keys = ["mean", "median", "std", *(f"p{q}" for q in TOKEN_ITL_QUANTILES)]
+    if all(map(_one_token_per_later_chunk, succeeded)):
+        token_itl_stats = {f"{key}_token_itl_ms": chunk_itl_stats[f"{key}_itl_ms"] for key in token_itl_keys}
+    else:
+        token_itls: list[float] = []
+        for record in succeeded:
+            token_itls += token_itls_ns(record)
+        token_itl_stats = _summary_ms(token_itls, sorted(token_itls), "token_itl", TOKEN_ITL_QUANTILES)
+    max_tokens_per_s, max_concurrent = peak_per_second(succeeded)
+
+    metrics: Metrics = {
+        "duration": float(duration_s),
+        "completed": completed,
+        "total_input_tokens": total_input,
+        "total_input_text_tokens": total_input,
+        "total_input_vision_tokens": 0,
+        "total_output_tokens": total_output,
+        "request_throughput": completed / duration_s,
+        "input_throughput": total_input / duration_s,
+        "output_throughput": total_output / duration_s,
+        "total_throughput": (total_input + total_output) / duration_s,
+    }
+    metrics |= _summary_ms(latencies, sorted(latencies), "e2e_latency", SGLANG_QUANTILES)
+    metrics |= _summary_ms(ttfts, sorted(ttfts), "ttft", SGLANG_QUANTILES)
+    tpot_stats = _summary_ms(tpots, sorted(tpots), "tpot", SGLANG_QUANTILES)
+    metrics |= tpot_stats
+    metrics |= chunk_itl_stats
+    metrics["max_itl_ms"] = (sorted_chunk_itls[-1] if sorted_chunk_itls else 0) / NS_PER_MS
+    metrics["concurrency"] = sum(latencies) / NS_PER_S / duration_s
+    metrics["max_output_tokens_per_s"] = max_tokens_per_s
+    metrics["max_concurrent_requests"] = max_concurrent
+
+    metrics |= token_itl_stats
+    median_tpot_ms = tpot_stats["median_tpot_ms"]
+    metrics["per_user_tps"] = 1000 / median_tpot_ms if median_tpot_ms > 0 else 0.0
+    if gpus is not None:
+        metrics["output_throughput_per_gpu"] = metrics["output_throughput"] / gpus
+    window = steady_window(records, concurrency)
+    if window is None:
+        metrics["steady_duration"] = 0.0
+    else:
+        steady_duration = (window[1] - window[0]) / NS_PER_S
+        metrics["steady_duration"] = steady_duration
+        metrics["steady_output_throughput"] = tokens_in_window(records, window) / steady_duration
+    failed = len(records) - completed
+    metrics["failed"] = failed
+    metrics["error_rate"] = failed / len(records) if records else 0.0
+    return metrics
