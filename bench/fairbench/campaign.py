@@ -1,0 +1,968 @@
+"""The campaign model: a campaign file parsed, checked and expanded into typed configs.
+
+A campaign says what to compare (``configs``) and how (``workload``); DESIGN.md,
+"Campaign file", shows one. ``load_campaign`` returns a ``Campaign`` whose configs
+are fully expanded: ``common``, then each config of its ``extends`` chain (root
+first), each level first removing the keys it ``unset``s and then setting its own;
+every config's launch arguments and environment rendered. The model runs nothing.
+
+Every broken rule is collected, and all are raised together as one ``CampaignError``.
+Each message starts with the file name, then the key path, then the rule::
+
+    campaigns/x.yml: configs.ep4.args.ep-size: 3 does not divide tp-size 8
+
+Beyond DESIGN.md's example the file accepts:
+
+- ``sim:`` beside ``args:`` and ``env:`` (in ``common`` and in a config): flags of
+  the simulator alone, spelled as on its command line without ``--`` (e.g.
+  ``sim-profile: kimi-k2.6``). They are appended to the argv when ``engine: sim``
+  and kept out of ``sglang_argv``, so SGLang's own parser can judge every campaign.
+- ``unset: {args: [KEY, ...], env: [...], sim: [...]}`` in a config.
+- ``start_timeout_s``: how long a server may take to become healthy (optional; absent,
+  the serving role's default applies).
+- an ``args`` value may be a list of numbers or strings: ``--key v1 v2 ...``.
+
+``repeats`` and ``seed`` of the workload default to 1; every other workload key is required.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeGuard, TypeVar
+
+import yaml
+
+ENGINES = ("sglang", "sim")
+APIS = ("completions", "chat", "generate")
+RANDOM_IDS = "random-ids"
+MIN_PROMPTS_PER_LEVEL = 16
+SECTIONS = ("args", "env", "sim")
+UNIT_NAME_MAX = 255
+"""systemd's limit on the length of a unit name."""
+
+Scalar = str | int | float
+ArgValue = bool | Scalar | tuple[Scalar, ...]
+
+_TOP_REQUIRED = ("name", "engine", "model", "configs", "workload")
+_TOP_KEYS = (*_TOP_REQUIRED, "common", "start_timeout_s")
+_CONFIG_KEYS = ("extends", *SECTIONS, "unset")
+_WORKLOAD_REQUIRED = (
+    "api",
+    "dataset",
+    "input_len",
+    "output_len",
+    "concurrency",
+    "prompts_per_level",
+    "warmup",
+)
+_WORKLOAD_KEYS = (*_WORKLOAD_REQUIRED, "repeats", "seed")
+
+_UNIT_NAME_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_FLAG_NAME = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_TIMES_CONCURRENCY = re.compile(r"([1-9][0-9]*)x")
+
+# Flags the campaign must not carry: gone from SGLang 0.5.23, ambiguous there, set
+# elsewhere, or aliases (one spelling per flag keeps configs comparable key by key).
+_REJECTED_ARGS = {
+    "enable-ep-moe": "SGLang 0.5.23 no longer has this flag: use ep-size",
+    "cuda-graph-max-bs": "an ambiguous prefix in SGLang 0.5.23 (-decode, -prefill): "
+    "use cuda-graph-max-bs-decode",
+    "model-path": "set by the campaign's model key",
+    "model": "set by the campaign's model key",
+    "host": "set per host by the serving role, not by the campaign",
+    "port": "set per host by the serving role, not by the campaign",
+    "tensor-parallel-size": "an alias: spell it tp-size",
+    "expert-parallel-size": "an alias: spell it ep-size",
+    "ep": "an alias: spell it ep-size",
+}
+_DEPRECATED_ARGS = {
+    "disable-cuda-graph": "deprecated in SGLang 0.5.23: use cuda-graph-backend-decode: disabled "
+    "and cuda-graph-backend-prefill: disabled",
+}
+_POSITIVE_INT_ARGS = ("tp-size", "ep-size", "max-running-requests")
+_BOOL_ARGS = ("enable-eplb",)
+_SGLANG_DEFAULTS = {"tp-size": 1, "ep-size": 1}
+
+T = TypeVar("T")
+V = TypeVar("V")
+
+
+class CampaignError(Exception):
+    """A campaign broke one or more rules; ``messages`` holds every one, each starting with the file name."""
+
+    def __init__(self, messages: Sequence[str]) -> None:
+        super().__init__("\n".join(messages))
+        self.messages = list(messages)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Launch flags, environment and simulator flags: of ``common``, of a config, or a difference."""
+
+    args: dict[str, ArgValue]
+    env: dict[str, str]
+    sim: dict[str, ArgValue]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"args": _flags_json(self.args), "env": dict(self.env), "sim": _flags_json(self.sim)}
+
+
+def _flags_json(flags: Mapping[str, ArgValue]) -> dict[str, Any]:
+    return {key: list(value) if isinstance(value, tuple) else value for key, value in flags.items()}
+
+
+@dataclass(frozen=True)
+class UnsetKeys:
+    """Keys removed from what ``common`` (or a parent config) set."""
+
+    args: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    sim: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, list[str]]:
+        return {"args": list(self.args), "env": list(self.env), "sim": list(self.sim)}
+
+
+@dataclass(frozen=True)
+class LevelCount:
+    """Requests per concurrency level: ``count``, or ``count`` times the level (``"10x"``)."""
+
+    count: int
+    times_concurrency: bool
+
+    def at(self, concurrency: int) -> int:
+        return self.count * concurrency if self.times_concurrency else self.count
+
+    def to_json(self) -> int | str:
+        """The campaign file's spelling, which ``fairbench sweep`` also takes."""
+        return f"{self.count}x" if self.times_concurrency else self.count
+
+
+@dataclass(frozen=True)
+class Workload:
+    """How every config is driven: the same requests at the same concurrency levels."""
+
+    api: str
+    dataset: str
+    """``random-ids``, or the absolute path of a local ShareGPT-style JSON file."""
+    input_len: int
+    output_len: int
+    concurrency: tuple[int, ...]
+    prompts_per_level: LevelCount
+    warmup: LevelCount
+    repeats: int
+    seed: int
+
+    def prompts_at(self, concurrency: int) -> int:
+        return max(self.prompts_per_level.at(concurrency), MIN_PROMPTS_PER_LEVEL)
+
+    def warmup_at(self, concurrency: int) -> int:
+        return self.warmup.at(concurrency)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "api": self.api,
+            "dataset": self.dataset,
+            "input_len": self.input_len,
+            "output_len": self.output_len,
+            "concurrency": list(self.concurrency),
+            "prompts_per_level": self.prompts_per_level.to_json(),
+            "warmup": self.warmup.to_json(),
+            "repeats": self.repeats,
+            "seed": self.seed,
+        }
+
+    @classmethod
+    def from_json(cls, data: object, source: str) -> Workload:
+        """A workload from ``to_json`` data (e.g. module arguments); ``source`` starts the error messages."""
+        findings = _Findings(source)
+        workload = _workload(findings, "workload", data, Path())
+        findings.raise_errors()
+        return workload
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    """One configuration, expanded: what its server is launched with."""
+
+    name: str
+    unit: str
+    """The systemd unit: ``fairbench-<campaign>-<config>.service``."""
+    extends: tuple[str, ...]
+    """The configs it inherits from, nearest first."""
+    args: dict[str, ArgValue]
+    env: dict[str, str]
+    sim: dict[str, ArgValue]
+    declared: Settings
+    """The entries that differ from ``common``: what makes this config itself."""
+    unset: UnsetKeys
+    """The keys of ``common`` this config removed: deliberate differences too."""
+    sglang_argv: tuple[str, ...]
+    """``sglang.launch_server`` arguments: ``--model-path MODEL`` then ``args``, sorted by key."""
+    argv: tuple[str, ...]
+    """The engine's arguments: ``sglang_argv``, then the ``sim`` flags when the engine is sim."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "unit": self.unit,
+            "extends": list(self.extends),
+            "argv": list(self.argv),
+            "sglang_argv": list(self.sglang_argv),
+            "env": dict(self.env),
+            "args": _flags_json(self.args),
+            "sim": _flags_json(self.sim),
+            "declared": self.declared.to_json(),
+            "unset": self.unset.to_json(),
+        }
+
+
+@dataclass(frozen=True)
+class Campaign:
+    """A campaign file, checked and expanded."""
+
+    source: str
+    """The campaign file as named by the caller."""
+    name: str
+    engine: str
+    model: str
+    start_timeout_s: int | None
+    common: Settings
+    configs: dict[str, ServingConfig]
+    """In the file's order."""
+    workload: Workload
+    warnings: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """The expanded campaign as plain data: campaign.json, and the Ansible module's facts."""
+        return {
+            "name": self.name,
+            "source": self.source,
+            "engine": self.engine,
+            "model": self.model,
+            "start_timeout_s": self.start_timeout_s,
+            "common": self.common.to_json(),
+            "configs": {name: config.to_json() for name, config in self.configs.items()},
+            "workload": self.workload.to_json(),
+            "warnings": list(self.warnings),
+        }
+
+
+def load_campaign(path: str | Path) -> Campaign:
+    """Read, check and expand a campaign file; raises ``CampaignError``."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CampaignError([f"{source}: cannot read: {exc.strerror or exc}"]) from None
+    except UnicodeDecodeError as exc:
+        raise CampaignError([f"{source}: not UTF-8 text: {exc.reason} at byte {exc.start}"]) from None
+    return parse_campaign(text, source, Path(path).parent)
+
+
+def parse_campaign(text: str, source: str, base_dir: Path) -> Campaign:
+    """Check and expand campaign YAML; ``source`` starts every message, ``base_dir`` anchors dataset paths."""
+    findings = _Findings(source)
+    campaign = _campaign(findings, _parse_yaml(text, source), base_dir)
+    findings.raise_errors()
+    return campaign
+
+
+def render_flags(flags: Mapping[str, ArgValue]) -> list[str]:
+    """Arguments sorted by key: ``true`` gives a bare flag, ``false`` nothing, a value ``--key value...``."""
+    argv: list[str] = []
+    for key in sorted(flags):
+        value = flags[key]
+        if isinstance(value, bool):
+            argv.extend([f"--{key}"] if value else [])
+        elif isinstance(value, tuple):
+            argv.extend([f"--{key}", *map(str, value)])
+        else:
+            argv.extend([f"--{key}", str(value)])
+    return argv
+
+
+def unit_name(campaign: str, config: str) -> str:
+    return f"fairbench-{campaign}-{config}.service"
+
+
+# --- collecting findings --------------------------------------------------------------------------
+
+
+class _Findings:
+    """Errors and warnings, each formatted as ``<source>: <key path>: <rule>``."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.errors: list[str] = []
+        self.warnings: list[str] = []
+
+    def error(self, path: str, rule: str) -> None:
+        self.errors.append(self._format(path, rule))
+
+    def warn(self, path: str, rule: str) -> None:
+        self.warnings.append(self._format(path, rule))
+
+    def raise_errors(self) -> None:
+        if self.errors:
+            raise CampaignError(self.errors)
+
+    def _format(self, path: str, rule: str) -> str:
+        return f"{self.source}: {path}: {rule}" if path else f"{self.source}: {rule}"
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _describe(value: object) -> str:
+    """A value as the message shows it, in YAML's words."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return repr(value if len(value) <= 40 else value[:37] + "...")
+    if isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, list | tuple):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return f"a {type(value).__name__} value"
+
+
+def _did_you_mean(word: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+# --- YAML -----------------------------------------------------------------------------------------
+
+
+class _CampaignLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, where every failure is a YAML error with a line, a repeated key included."""
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        """An explicit tag can fail in Python (``!!int x``, ``!!int`` alone): a YAML error with its line."""
+        try:
+            return super().construct_object(node, deep)
+        except yaml.YAMLError:
+            raise
+        except Exception as exc:  # PyYAML's constructors fail on odd tagged values in many ways
+            raise yaml.constructor.ConstructorError(
+                problem=f"invalid {node.tag.rsplit(':', 1)[-1]} value: {exc}", problem_mark=node.start_mark
+            ) from None
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
+        first_line: dict[tuple[str, str], int] = {}
+        for key_node, _ in node.value if isinstance(node, yaml.MappingNode) else []:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            identity = (key_node.tag, key_node.value)
+            if identity in first_line:
+                raise yaml.constructor.ConstructorError(
+                    problem=f"duplicate key {key_node.value!r} (first at line {first_line[identity]})",
+                    problem_mark=key_node.start_mark,
+                )
+            first_line[identity] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
+
+
+def _parse_yaml(text: str, source: str) -> object:
+    try:
+        return yaml.load(text, Loader=_CampaignLoader)
+    except yaml.MarkedYAMLError as exc:
+        raise CampaignError([_yaml_error_message(source, exc)]) from None
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        raise CampaignError([f"{source}:{line}: character #x{exc.character:04x}: {exc.reason}"]) from None
+    except RecursionError:
+        raise CampaignError([f"{source}: nested too deeply"]) from None
+
+
+def _yaml_error_message(source: str, exc: yaml.MarkedYAMLError) -> str:
+    where = f"{source}:{exc.problem_mark.line + 1}" if exc.problem_mark else source
+    message = f"{where}: {exc.problem or 'invalid YAML'}"
+    if exc.context:
+        context_line = f" at line {exc.context_mark.line + 1}" if exc.context_mark else ""
+        message += f" ({exc.context}{context_line})"
+    return message
+
+
+# --- generic checks: each reports what is wrong and returns a value of the right type -------------
+#
+# A campaign with any error is never returned, so a stand-in value only keeps later checks going.
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_scalar(value: object) -> TypeGuard[Scalar]:
+    return isinstance(value, str | float) or _is_int(value)
+
+
+def _keyed(findings: _Findings, path: str, value: object) -> dict[str, object]:
+    """A mapping with string keys; other keys are reported and dropped."""
+    if not isinstance(value, dict):
+        findings.error(path, f"must be a mapping, got {_describe(value)}")
+        return {}
+    result: dict[str, object] = {}
+    for key, item in value.items():
+        if isinstance(key, str):
+            result[key] = item
+        else:
+            findings.error(path, f"key {_describe(key)} must be a string")
+    return result
+
+
+class _Fields:
+    """The known keys of one mapping, each read through a check."""
+
+    def __init__(self, findings: _Findings, path: str, entries: dict[str, object]) -> None:
+        self._findings = findings
+        self._path = path
+        self._entries = entries
+
+    def get(self, key: str, check: Callable[[_Findings, str, object], T], default: T) -> T:
+        """``check`` applied to the key's value; ``default`` when the key is absent."""
+        if key not in self._entries:
+            return default
+        return check(self._findings, _join(self._path, key), self._entries[key])
+
+
+def _mapping(
+    findings: _Findings, path: str, value: object, known: Sequence[str], required: Sequence[str] = ()
+) -> _Fields:
+    """A mapping of the known keys: unknown and missing ones are reported."""
+    entries = _keyed(findings, path, value)
+    for key in [key for key in entries if key not in known]:
+        del entries[key]
+        expected = f"expected one of {', '.join(known)}{_did_you_mean(key, known)}"
+        findings.error(_join(path, key), f"unknown key; {expected}")
+    if isinstance(value, dict):
+        for key in required:
+            if key not in value:
+                findings.error(_join(path, key), "required key is missing")
+    return _Fields(findings, path, entries)
+
+
+def _positive_int(findings: _Findings, path: str, value: object) -> int:
+    if _is_int(value) and value > 0:
+        return value
+    findings.error(path, f"must be a positive integer, got {_describe(value)}")
+    return 1
+
+
+def _int(findings: _Findings, path: str, value: object) -> int:
+    if _is_int(value):
+        return value
+    findings.error(path, f"must be an integer, got {_describe(value)}")
+    return 0
+
+
+def _string(findings: _Findings, path: str, value: object) -> str:
+    if isinstance(value, str) and value.strip():
+        return value
+    findings.error(path, f"must be a non-empty string, got {_describe(value)}")
+    return ""
+
+
+def _choice(choices: Sequence[str]) -> Callable[[_Findings, str, object], str]:
+    def check(findings: _Findings, path: str, value: object) -> str:
+        if isinstance(value, str) and value in choices:
+            return value
+        findings.error(path, f"must be one of {', '.join(choices)}, got {_describe(value)}")
+        return choices[0]
+
+    return check
+
+
+def _unit_name_part(findings: _Findings, path: str, value: object) -> str:
+    if isinstance(value, str) and _UNIT_NAME_PART.fullmatch(value):
+        return value
+    findings.error(
+        path,
+        f"{_describe(value)} is not a valid systemd unit name part: use letters, digits, '-', '_' and '.', "
+        "starting with a letter or digit",
+    )
+    return "invalid"
+
+
+# --- settings: args, env, sim ---------------------------------------------------------------------
+
+
+def _flags(findings: _Findings, path: str, value: object) -> dict[str, ArgValue]:
+    """Command-line flags spelled without ``--``, with their values."""
+    flags: dict[str, ArgValue] = {}
+    for key, item in _keyed(findings, path, value).items():
+        key_path = _join(path, key)
+        if not _FLAG_NAME.fullmatch(key):
+            findings.error(
+                key_path, "is not a flag as on the command line: lowercase words joined by '-', no '--'"
+            )
+        elif isinstance(item, bool) or _is_scalar(item):
+            flags[key] = item
+        elif isinstance(item, list) and item and all(_is_scalar(element) for element in item):
+            flags[key] = tuple(item)
+        else:
+            findings.error(
+                key_path,
+                "must be true, false, a number, a string or a non-empty list of numbers and strings, "
+                f"got {_describe(item)}",
+            )
+    return flags
+
+
+def _sglang_args(findings: _Findings, path: str, value: object) -> dict[str, ArgValue]:
+    """``_flags``, plus the rules on single SGLang flags, checked where the flag is written."""
+    args = _flags(findings, path, value)
+    for key, item in args.items():
+        key_path = _join(path, key)
+        if key in _REJECTED_ARGS:
+            findings.error(key_path, _REJECTED_ARGS[key])
+        if key in _DEPRECATED_ARGS:
+            findings.warn(key_path, _DEPRECATED_ARGS[key])
+        if key in _POSITIVE_INT_ARGS and not (_is_int(item) and item > 0):
+            findings.error(key_path, f"must be a positive integer, got {_describe(item)}")
+        if key in _BOOL_ARGS and not isinstance(item, bool):
+            findings.error(key_path, f"must be true or false, got {_describe(item)}")
+    return args
+
+
+def _env(findings: _Findings, path: str, value: object) -> dict[str, str]:
+    """Environment variables; numbers become strings."""
+    env: dict[str, str] = {}
+    for key, item in _keyed(findings, path, value).items():
+        key_path = _join(path, key)
+        if not _ENV_NAME.fullmatch(key):
+            findings.error(key_path, "is not an environment variable name: letters, digits and '_'")
+        elif _is_scalar(item):
+            env[key] = str(item)
+        else:
+            findings.error(
+                key_path,
+                f"must be a string or a number, got {_describe(item)} "
+                "(quote words YAML reads as booleans: yes, no, on, off)",
+            )
+    return env
+
+
+def _settings(fields: _Fields) -> Settings:
+    return Settings(
+        args=fields.get("args", _sglang_args, {}),
+        env=fields.get("env", _env, {}),
+        sim=fields.get("sim", _flags, {}),
+    )
+
+
+def _common(findings: _Findings, path: str, value: object) -> Settings:
+    return _settings(_mapping(findings, path, value, SECTIONS))
+
+
+def _key_list(findings: _Findings, path: str, value: object) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        findings.error(path, f"must be a list of keys, got {_describe(value)}")
+        return ()
+    keys: list[str] = []
+    for index, item in enumerate(value):
+        if not isinstance(item, str):
+            findings.error(f"{path}[{index}]", f"must be a key, got {_describe(item)}")
+        elif item in keys:
+            findings.error(f"{path}[{index}]", f"{item!r} is listed twice")
+        else:
+            keys.append(item)
+    return tuple(keys)
+
+
+def _unset(findings: _Findings, path: str, value: object) -> UnsetKeys:
+    sections = _mapping(findings, path, value, SECTIONS)
+    return UnsetKeys(
+        args=sections.get("args", _key_list, ()),
+        env=sections.get("env", _key_list, ()),
+        sim=sections.get("sim", _key_list, ()),
+    )
+
+
+# --- configs: one layer each, then expanded along their extends chains ----------------------------
+
+
+@dataclass(frozen=True)
+class _Layer:
+    """What one config's own entry says."""
+
+    extends: str | None
+    own: Settings
+    unset: UnsetKeys
+
+
+def _parent_name(findings: _Findings, path: str, value: object) -> str | None:
+    if isinstance(value, str):
+        return value
+    findings.error(path, f"must name a config, got {_describe(value)}")
+    return None
+
+
+def _layer(findings: _Findings, path: str, value: object) -> _Layer:
+    fields = _mapping(findings, path, value, _CONFIG_KEYS)
+    return _Layer(
+        extends=fields.get("extends", _parent_name, None),
+        own=_settings(fields),
+        unset=fields.get("unset", _unset, UnsetKeys()),
+    )
+
+
+def _layers(findings: _Findings, path: str, value: object) -> dict[str, _Layer]:
+    entries = _keyed(findings, path, value)
+    if isinstance(value, dict) and not value:
+        findings.error(path, "must name at least one config")
+    layers: dict[str, _Layer] = {}
+    for name, entry in entries.items():
+        config_path = _join(path, name)
+        _unit_name_part(findings, config_path, name)
+        layers[name] = _layer(findings, config_path, entry)
+    return layers
+
+
+def _extends_chains(findings: _Findings, layers: Mapping[str, _Layer]) -> dict[str, tuple[str, ...]]:
+    """Each config's chain, root first and itself last; configs on or behind a broken chain are left out."""
+    for name, layer in layers.items():
+        if layer.extends is not None and layer.extends not in layers:
+            findings.error(
+                f"configs.{name}.extends",
+                f"unknown config {layer.extends!r}{_did_you_mean(layer.extends, layers)}",
+            )
+    chains: dict[str, tuple[str, ...]] = {}
+    reported_cycles: set[frozenset[str]] = set()
+    for name in layers:
+        chain = [name]
+        parent = layers[name].extends
+        while parent is not None and parent in layers and parent not in chain:
+            chain.append(parent)
+            parent = layers[parent].extends
+        if parent in chain:
+            cycle = chain[chain.index(parent) :]
+            if frozenset(cycle) not in reported_cycles:
+                reported_cycles.add(frozenset(cycle))
+                findings.error(f"configs.{cycle[-1]}.extends", f"cycle: {' -> '.join([*cycle, parent])}")
+        elif parent is None:
+            chains[name] = tuple(reversed(chain))
+    return chains
+
+
+def _without_unset(
+    findings: _Findings, path: str, inherited: Mapping[str, V], own: Mapping[str, V], unset: Sequence[str]
+) -> dict[str, V]:
+    """``inherited`` less the ``unset`` keys, each of which must be there and not set again by ``own``."""
+    kept = dict(inherited)
+    for index, key in enumerate(unset):
+        key_path = f"{path}[{index}]"
+        if key in own:
+            findings.error(key_path, f"{key!r} is both set and unset by this config")
+        elif key not in kept:
+            findings.error(key_path, f"{key!r} is not set by common or by the configs this one extends")
+        kept.pop(key, None)
+    return kept
+
+
+def _apply(findings: _Findings, path: str, inherited: Settings, layer: _Layer) -> Settings:
+    own, unset = layer.own, layer.unset
+    unset_path = f"{path}.unset"
+    return Settings(
+        args=_without_unset(findings, f"{unset_path}.args", inherited.args, own.args, unset.args) | own.args,
+        env=_without_unset(findings, f"{unset_path}.env", inherited.env, own.env, unset.env) | own.env,
+        sim=_without_unset(findings, f"{unset_path}.sim", inherited.sim, own.sim, unset.sim) | own.sim,
+    )
+
+
+def _effective_settings(
+    findings: _Findings, common: Settings, layers: Mapping[str, _Layer], chains: Mapping[str, tuple[str, ...]]
+) -> dict[str, Settings]:
+    """Each config's settings: common, then every config of its chain; each layer's unset checked once."""
+    effective: dict[str, Settings] = {}
+    for chain in chains.values():
+        for name in chain:
+            if name not in effective:
+                parent = layers[name].extends
+                inherited = common if parent is None else effective[parent]
+                effective[name] = _apply(findings, f"configs.{name}", inherited, layers[name])
+    return {name: effective[name] for name in chains}
+
+
+def _differences(common: Mapping[str, V], effective: Mapping[str, V]) -> dict[str, V]:
+    return {
+        key: value
+        for key, value in effective.items()
+        if key not in common or type(common[key]) is not type(value) or common[key] != value
+    }
+
+
+def _serving_config(
+    campaign: str, engine: str, model: str, *, common: Settings, chain: Sequence[str], settings: Settings
+) -> ServingConfig:
+    name = chain[-1]
+    sglang_argv = ("--model-path", model, *render_flags(settings.args))
+    sim_argv = render_flags(settings.sim) if engine == "sim" else []
+    return ServingConfig(
+        name=name,
+        unit=unit_name(campaign, name),
+        extends=tuple(reversed(chain[:-1])),
+        args=settings.args,
+        env=dict(sorted(settings.env.items())),
+        sim=settings.sim,
+        declared=Settings(
+            args=_differences(common.args, settings.args),
+            env=_differences(common.env, settings.env),
+            sim=_differences(common.sim, settings.sim),
+        ),
+        unset=UnsetKeys(
+            args=tuple(key for key in common.args if key not in settings.args),
+            env=tuple(key for key in common.env if key not in settings.env),
+            sim=tuple(key for key in common.sim if key not in settings.sim),
+        ),
+        sglang_argv=sglang_argv,
+        argv=(*sglang_argv, *sim_argv),
+    )
+
+
+# --- rules across keys ----------------------------------------------------------------------------
+#
+# Checked on each config's expanded settings; a config is blamed only for a problem its parent lacks,
+# so a mistake in one config is not reported again for every config that extends it.
+
+
+@dataclass(frozen=True)
+class _Problem:
+    key: str
+    """Its path below the config, e.g. ``args.ep-size``."""
+    rule: str
+    warning: bool = False
+
+
+def _parallelism_problems(args: Mapping[str, ArgValue]) -> list[_Problem]:
+    tp_size = args.get("tp-size", _SGLANG_DEFAULTS["tp-size"])
+    ep_size = args.get("ep-size", _SGLANG_DEFAULTS["ep-size"])
+    default_note = "" if "tp-size" in args else " (SGLang's default)"
+    problems = []
+    if _is_int(tp_size) and _is_int(ep_size) and tp_size > 0 and ep_size > 0 and tp_size % ep_size:
+        problems.append(
+            _Problem("args.ep-size", f"{ep_size} does not divide tp-size {tp_size}{default_note}")
+        )
+    if args.get("enable-eplb") is True and _is_int(ep_size) and ep_size <= 1:
+        problems.append(_Problem("args.enable-eplb", f"needs ep-size > 1, and ep-size is {ep_size}"))
+    return problems
+
+
+def _sim_flag_problems(config: ServingConfig) -> list[_Problem]:
+    return [
+        _Problem(f"sim.{key}", "is also an SGLang flag in args: give each flag once")
+        for key in sorted(config.sim.keys() & config.args.keys())
+    ]
+
+
+def _cuda_graph_problems(config: ServingConfig) -> list[_Problem]:
+    """The unfair TP8 baseline of DESIGN.md: CUDA graph settings must be the same for every config."""
+    rule = "CUDA graph settings differ from common: the comparison is unfair unless that is its point"
+    return [
+        _Problem(f"args.{key}", rule, warning=True)
+        for key in sorted({*config.declared.args, *config.unset.args})
+        if "cuda-graph" in key
+    ]
+
+
+def _report_problems(
+    findings: _Findings, configs: Mapping[str, ServingConfig], layers: Mapping[str, _Layer]
+) -> None:
+    problems = {
+        name: [
+            *_parallelism_problems(config.args),
+            *_sim_flag_problems(config),
+            *_cuda_graph_problems(config),
+        ]
+        for name, config in configs.items()
+    }
+    for name, config_problems in problems.items():
+        parent = layers[name].extends
+        inherited = problems[parent] if parent is not None else []
+        for problem in config_problems:
+            if problem not in inherited:
+                report = findings.warn if problem.warning else findings.error
+                report(f"configs.{name}.{problem.key}", problem.rule)
+
+
+def _warn_unused_sim_flags(findings: _Findings, common: Settings, layers: Mapping[str, _Layer]) -> None:
+    if common.sim:
+        findings.warn("common.sim", "ignored: the engine is sglang")
+    for name, layer in layers.items():
+        if layer.own.sim or layer.unset.sim:
+            findings.warn(f"configs.{name}.sim", "ignored: the engine is sglang")
+
+
+def _warn_concurrency_above_capacity(
+    findings: _Findings, workload: Workload, configs: Mapping[str, ServingConfig]
+) -> None:
+    """Levels above max-running-requests queue in the server: the client's concurrency is not the server's."""
+    configs_by_limit: dict[int, list[str]] = {}
+    for config in configs.values():
+        limit = config.args.get("max-running-requests")
+        if _is_int(limit) and any(level > limit for level in workload.concurrency):
+            configs_by_limit.setdefault(limit, []).append(config.name)
+    for limit, names in configs_by_limit.items():
+        above = ", ".join(str(level) for level in workload.concurrency if level > limit)
+        findings.warn(
+            "workload.concurrency",
+            f"{above} above max-running-requests {limit} of {', '.join(names)}: the excess requests queue",
+        )
+
+
+def _expand(
+    findings: _Findings,
+    campaign: str,
+    engine: str,
+    model: str,
+    *,
+    common: Settings,
+    layers: Mapping[str, _Layer],
+) -> dict[str, ServingConfig]:
+    chains = _extends_chains(findings, layers)
+    effective = _effective_settings(findings, common, layers, chains)
+    configs = {
+        name: _serving_config(campaign, engine, model, common=common, chain=chain, settings=effective[name])
+        for name, chain in chains.items()
+    }
+    for name, config in configs.items():
+        if len(config.unit) > UNIT_NAME_MAX:
+            findings.error(
+                f"configs.{name}", f"unit name {config.unit} is longer than {UNIT_NAME_MAX} characters"
+            )
+    _report_problems(findings, configs, layers)
+    if engine == "sglang":
+        _warn_unused_sim_flags(findings, common, layers)
+    return configs
+
+
+# --- workload -------------------------------------------------------------------------------------
+
+
+def _dataset(base_dir: Path) -> Callable[[_Findings, str, object], str]:
+    def check(findings: _Findings, path: str, value: object) -> str:
+        if value == RANDOM_IDS:
+            return RANDOM_IDS
+        rule = f"must be {RANDOM_IDS} or the path of a local ShareGPT-style .json file"
+        if not isinstance(value, str) or not value.endswith(".json"):
+            findings.error(path, f"{rule}, got {_describe(value)}")
+            return RANDOM_IDS
+        file = base_dir / value
+        try:
+            found = file.is_file()
+        except (OSError, ValueError):
+            found = False
+        if not found:
+            findings.error(path, f"{rule}: {str(file)!r} is not a file")
+        return str(file.absolute())
+
+    return check
+
+
+def _concurrency(findings: _Findings, path: str, value: object) -> tuple[int, ...]:
+    if not isinstance(value, list) or not value:
+        findings.error(path, f"must be a non-empty list of positive integers, got {_describe(value)}")
+        return ()
+    levels: list[int] = []
+    for index, item in enumerate(value):
+        if not (_is_int(item) and item > 0):
+            findings.error(f"{path}[{index}]", f"must be a positive integer, got {_describe(item)}")
+        elif item in levels:
+            findings.error(f"{path}[{index}]", f"{item} is listed twice")
+        else:
+            levels.append(item)
+    return tuple(levels)
+
+
+def _level_count(minimum: int) -> Callable[[_Findings, str, object], LevelCount]:
+    def check(findings: _Findings, path: str, value: object) -> LevelCount:
+        if _is_int(value) and value >= minimum:
+            return LevelCount(value, times_concurrency=False)
+        match = _TIMES_CONCURRENCY.fullmatch(value) if isinstance(value, str) else None
+        if match:
+            return LevelCount(int(match[1]), times_concurrency=True)
+        findings.error(
+            path, f"must be an integer >= {minimum} or Nx (N times the concurrency), got {_describe(value)}"
+        )
+        return LevelCount(minimum, times_concurrency=False)
+
+    return check
+
+
+def _workload(findings: _Findings, path: str, value: object, base_dir: Path) -> Workload:
+    fields = _mapping(findings, path, value, _WORKLOAD_KEYS, required=_WORKLOAD_REQUIRED)
+    stand_in = _STAND_IN_WORKLOAD
+    return Workload(
+        api=fields.get("api", _choice(APIS), stand_in.api),
+        dataset=fields.get("dataset", _dataset(base_dir), stand_in.dataset),
+        input_len=fields.get("input_len", _positive_int, stand_in.input_len),
+        output_len=fields.get("output_len", _positive_int, stand_in.output_len),
+        concurrency=fields.get("concurrency", _concurrency, stand_in.concurrency),
+        prompts_per_level=fields.get("prompts_per_level", _level_count(1), stand_in.prompts_per_level),
+        warmup=fields.get("warmup", _level_count(0), stand_in.warmup),
+        repeats=fields.get("repeats", _positive_int, stand_in.repeats),
+        seed=fields.get("seed", _int, stand_in.seed),
+    )
+
+
+_STAND_IN_WORKLOAD = Workload(
+    api=APIS[0],
+    dataset=RANDOM_IDS,
+    input_len=1,
+    output_len=1,
+    concurrency=(),
+    prompts_per_level=LevelCount(1, times_concurrency=False),
+    warmup=LevelCount(0, times_concurrency=False),
+    repeats=1,
+    seed=1,
+)
+"""Stands in for a missing workload and a missing key; ``repeats`` and ``seed`` are also the defaults."""
+
+
+def _warn_levels_without_their_concurrency(findings: _Findings, workload: Workload) -> None:
+    short = [level for level in workload.concurrency if workload.prompts_at(level) < level]
+    if short:
+        findings.warn(
+            "workload.prompts_per_level",
+            f"fewer prompts than the concurrency at level {', '.join(map(str, short))}: "
+            "such a level never has that many requests in flight",
+        )
+
+
+# --- the campaign ---------------------------------------------------------------------------------
+
+
+def _campaign(findings: _Findings, document: object, base_dir: Path) -> Campaign:
+    top = _mapping(findings, "", document, _TOP_KEYS, required=_TOP_REQUIRED)
+    name = top.get("name", _unit_name_part, "invalid")
+    engine = top.get("engine", _choice(ENGINES), ENGINES[0])
+    model = top.get("model", _string, "")
+    common = top.get("common", _common, Settings({}, {}, {}))
+    layers: dict[str, _Layer] = top.get("configs", _layers, {})
+    workload = top.get("workload", lambda f, p, v: _workload(f, p, v, base_dir), _STAND_IN_WORKLOAD)
+    start_timeout_s = top.get("start_timeout_s", _positive_int, None)
+    configs = _expand(findings, name, engine, model, common=common, layers=layers)
+    _warn_concurrency_above_capacity(findings, workload, configs)
+    _warn_levels_without_their_concurrency(findings, workload)
+    return Campaign(
+        source=findings.source,
+        name=name,
+        engine=engine,
+        model=model,
+        start_timeout_s=start_timeout_s,
+        common=common,
+        configs=configs,
+        workload=workload,
+        warnings=tuple(findings.warnings),
+    )
