@@ -15,6 +15,8 @@ from typing import NoReturn
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("fairbench.sweep_cli", "run a concurrency sweep against one server"),
+    "sim": ("fairbench.sim.command", "an SGLang-compatible simulated server"),
+    "validate": ("fairbench.campaign_cli", "check a campaign file and show each config's command line"),
 }
 
 
@@ -53,5 +55,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # TEMP until the sim tests use python -m fairbench
     sys.exit(main())

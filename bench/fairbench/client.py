@@ -50,13 +50,19 @@ def _excerpt(text: str) -> str:
 
 
 def _stream_error(data: dict[str, Any]) -> str | None:
-    """SGLang reports a failure inside a 200 stream as ``{"error": {...}}`` (or a string)."""
+    """A failure reported inside a 200 stream, or None.
+
+    SGLang's OpenAI routes send ``{"error": {...}}``; ``/generate`` ends an aborted
+    request with ``meta_info.finish_reason = {"type": "abort", "message": ...}``.
+    """
     error = data.get("error")
-    if error is None:
-        return None
-    if isinstance(error, dict):
-        return f"server error in stream: {error.get('message', error)}"
-    return f"server error in stream: {error}"
+    if error is not None:
+        message = error.get("message", error) if isinstance(error, dict) else error
+        return f"server error in stream: {message}"
+    finish = (data.get("meta_info") or {}).get("finish_reason")
+    if isinstance(finish, dict) and finish.get("type") == "abort":
+        return f"server aborted the request: {finish.get('message', '')}"
+    return None
 
 
 @dataclass(slots=True)
@@ -117,8 +123,11 @@ class ApiFormat:
             text_of = _completion_text if name == "completions" else _chat_text
             self._count = lambda data: _openai_count(data, text_of)
 
-    def body(self, prompt: Prompt) -> bytes:
-        """The request body; output length is enforced with ignore_eos, greedy sampling."""
+    def body(self, prompt: Prompt, rid: str) -> bytes:
+        """The request body; output length is enforced with ignore_eos, greedy sampling.
+
+        ``rid`` is SGLang's request id on all three APIs: its logs then name our requests.
+        """
         if self.name == "generate":
             key = "text" if isinstance(prompt.prompt, str) else "input_ids"
             payload: dict[str, Any] = {
@@ -129,6 +138,7 @@ class ApiFormat:
                     "ignore_eos": True,
                 },
                 "stream": True,
+                "rid": rid,
             }
         else:
             payload = {
@@ -144,6 +154,7 @@ class ApiFormat:
                 payload["prompt"] = prompt.prompt
             payload["stream"] = True
             payload["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+            payload["rid"] = rid
         return orjson.dumps(payload)
 
     def parse(self, reads: list[tuple[int, bytes]]) -> StreamCounts:
@@ -277,9 +288,12 @@ class StreamClient:
         async with self.session.post(self.base_url + path, headers=self.headers) as response:
             return response.status, _excerpt(await response.text())
 
-    async def request(self, prompt: Prompt, body: bytes) -> RequestRecord:
-        """Send one streaming request and return its record; never raises for request failures."""
-        record = RequestRecord(prompt.index, prompt.prompt_len, prompt.output_len)
+    async def request(self, prompt: Prompt, body: bytes, rid: str) -> RequestRecord:
+        """Send one streaming request (``body`` made with ``rid``) and return its record.
+
+        Never raises for a failure of the request: the record says what went wrong.
+        """
+        record = RequestRecord(prompt.index, prompt.prompt_len, prompt.output_len, rid=rid)
         reads: list[tuple[int, bytes]] = []
         record.start_ns = perf_counter_ns()
         try:

@@ -39,6 +39,8 @@ class RequestRecord:
     """HTTP status; 0 when no response arrived."""
     error: str = ""
     """Empty on success, else the reason (with a body excerpt for HTTP errors)."""
+    rid: str = ""
+    """The request id sent to the server (SGLang's ``rid``): finds the request in its log."""
 
     @property
     def success(self) -> bool:

@@ -9,6 +9,7 @@ sweep resumes where it stopped.
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -96,16 +97,24 @@ class LoopLagMonitor:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class PreparedRequest:
+    """A prompt with its request id and encoded body, made before the clock starts."""
+
+    prompt: Prompt
+    rid: str
+    body: bytes
+
+
 async def run_closed_loop(
     client: StreamClient,
     *,
-    prompts: list[Prompt],
-    bodies: list[bytes],
+    requests: list[PreparedRequest],
     concurrency: int,
     on_done: Callable[[RequestRecord], None],
     max_error_rate: float | None = None,
 ) -> tuple[list[RequestRecord], bool]:
-    """Send every prompt with ``concurrency`` requests in flight; returns (records, stopped early).
+    """Send every request with ``concurrency`` in flight; returns (records, stopped early).
 
     When ``max_error_rate`` is given and the failed share of ended requests passes it,
     no new request is sent; those in flight are allowed to end.
@@ -117,10 +126,10 @@ async def run_closed_loop(
 
     async def worker() -> None:
         nonlocal next_index, failed, stopped
-        while not stopped and next_index < len(prompts):
-            index = next_index
+        while not stopped and next_index < len(requests):
+            request = requests[next_index]
             next_index += 1
-            record = await client.request(prompts[index], bodies[index])
+            record = await client.request(request.prompt, request.body, request.rid)
             records.append(record)
             failed += not record.success
             on_done(record)
@@ -131,7 +140,7 @@ async def run_closed_loop(
             ):
                 stopped = True
 
-    await asyncio.gather(*(worker() for _ in range(min(concurrency, len(prompts)))))
+    await asyncio.gather(*(worker() for _ in range(min(concurrency, len(requests)))))
     return records, stopped
 
 
@@ -143,6 +152,20 @@ class Sweep:
         self.results = results
         self.progress = progress
         self.workload = Workload(spec.workload)
+        # Request ids differ between runs: a resumed sweep must not reuse the id of a
+        # request that a killed run left in flight (SGLang rejects duplicate ids).
+        self.run_nonce = secrets.token_hex(4)
+
+    def prepare(
+        self, api: ApiFormat, level: int, repeat: int, count: int, phase: str
+    ) -> list[PreparedRequest]:
+        prompts = self.workload.prompts(count, concurrency=level, repeat=repeat, phase=phase)
+        prefix = f"fairbench-{self.run_nonce}-{point_id(level, repeat)}-{phase}"
+        rids = [f"{prefix}-{prompt.index}" for prompt in prompts]
+        return [
+            PreparedRequest(prompt, rid, api.body(prompt, rid))
+            for prompt, rid in zip(prompts, rids, strict=True)
+        ]
 
     def plan(self, done: set[str]) -> list[tuple[int, int]]:
         """(concurrency, repeat) of each point to measure; repeat-major, so repeats are spread in time."""
@@ -191,20 +214,17 @@ class Sweep:
         pid = point_id(level, repeat)
         count = parse_count(spec.prompts_per_level, level, minimum=MIN_PROMPTS_PER_LEVEL)
         warmup_count = parse_count(spec.warmup, level)
-        prompts = self.workload.prompts(count, concurrency=level, repeat=repeat)
-        bodies = [client.api.body(prompt) for prompt in prompts]
+        requests = self.prepare(client.api, level, repeat, count, "measure")
         if spec.flush_cache:
             status, body = await client.post("/flush_cache")
             if status != 200:
                 self.progress.note(f"{pid}: /flush_cache answered HTTP {status}: {body}")
         warmup_failed = 0
         if warmup_count:
-            warm = self.workload.prompts(warmup_count, concurrency=level, repeat=repeat, phase="warmup")
             self.progress.start(f"{pid} warmup", warmup_count)
             warm_records, _ = await run_closed_loop(
                 client,
-                prompts=warm,
-                bodies=[client.api.body(prompt) for prompt in warm],
+                requests=self.prepare(client.api, level, repeat, warmup_count, "warmup"),
                 concurrency=level,
                 on_done=self.progress.request_done,
             )
@@ -217,8 +237,7 @@ class Sweep:
         start_ns = perf_counter_ns()
         records, stopped_early = await run_closed_loop(
             client,
-            prompts=prompts,
-            bodies=bodies,
+            requests=requests,
             concurrency=level,
             on_done=self.progress.request_done,
             max_error_rate=spec.max_error_rate,

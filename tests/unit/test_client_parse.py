@@ -104,6 +104,16 @@ def test_generate_uses_meta_info_completion_tokens() -> None:
     assert counts.prompt_len == 3
 
 
+def test_generate_abort_is_an_error() -> None:
+    aborted = {
+        "text": "x",
+        "meta_info": {"completion_tokens": 1, "finish_reason": {"type": "abort", "message": "preempted"}},
+    }
+    reads = [(1, generate_event("x", 1)), (2, b"data: " + json.dumps(aborted).encode() + b"\n\n" + DONE)]
+    with pytest.raises(StreamError, match="server aborted the request: preempted"):
+        ApiFormat("generate", "").parse(reads)
+
+
 def test_server_without_continuous_usage_gets_one_token_per_chunk_then_the_final_count() -> None:
     reads = [(1, completion_event("a", None)), (2, completion_event("b", None)), (3, usage_event(5) + DONE)]
     counts = ApiFormat("completions", "m").parse(reads)
@@ -134,7 +144,7 @@ def test_format_violations_fail_with_the_reason(reads: list[tuple[int, bytes]], 
 
 def test_request_bodies_follow_sglang_formats() -> None:
     prompt = Prompt(index=0, prompt=[101, 102, 103], prompt_len=3, output_len=7)
-    completions = json.loads(ApiFormat("completions", "kimi").body(prompt))
+    completions = json.loads(ApiFormat("completions", "kimi").body(prompt, "r-7"))
     assert completions == {
         "model": "kimi",
         "prompt": [101, 102, 103],
@@ -143,17 +153,20 @@ def test_request_bodies_follow_sglang_formats() -> None:
         "ignore_eos": True,
         "stream": True,
         "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        "rid": "r-7",
     }
-    generate = json.loads(ApiFormat("generate", "").body(prompt))
+    generate = json.loads(ApiFormat("generate", "").body(prompt, "r-7"))
     assert generate == {
         "input_ids": [101, 102, 103],
         "sampling_params": {"max_new_tokens": 7, "temperature": 0.0, "ignore_eos": True},
         "stream": True,
+        "rid": "r-7",
     }
-    chat = json.loads(ApiFormat("chat", "kimi").body(Prompt(0, "hello world", 2, 7)))
+    chat = json.loads(ApiFormat("chat", "kimi").body(Prompt(0, "hello world", 2, 7), "r-7"))
     assert chat["messages"] == [{"role": "user", "content": "hello world"}]
     assert chat["max_tokens"] == 7 and chat["ignore_eos"] is True
     assert chat["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    assert chat["rid"] == "r-7"
 
 
 def test_unknown_api_is_rejected() -> None:

@@ -1,0 +1,7 @@
+"""``python -m fairbench``: the same as the ``fairbench`` command."""
+
+import sys
+
+from fairbench.cli import main
+
+sys.exit(main())

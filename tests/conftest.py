@@ -1,0 +1,66 @@
+"""Fixtures shared by tests/unit and tests/integration.
+
+``sse_server`` starts the SGLang-compatible streaming test server
+(``tests/support/sse_server.py``) with the knobs a test names::
+
+    def test_ttft(sse_server):
+        server = sse_server(first_token_ms=100, chunk_gap_ms=20)      # in a thread
+        fast = sse_server(faults=[FaultRule("reset", after_chunks=2)])
+        timed = sse_server(first_token_ms=50, process=True, cpu=0)     # own interpreter
+        ... server.url ...  server.send_times()  server.stats()
+
+Every server a test started is stopped when the test ends.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+# The repository root, so that ``tests.support`` imports the same way under pytest
+# (which puts only tests/ on sys.path) as under ``python -m tests.support.sse_server``.
+_REPO_ROOT = str(Path(__file__).resolve().parents[1])
+if _REPO_ROOT not in sys.path:
+    sys.path.insert(0, _REPO_ROOT)
+
+from tests.support.sse_server import (  # noqa: E402 - needs the path above
+    FaultRule,
+    RunningServer,
+    ServerConfig,
+    ServerProcess,
+    ServerThread,
+    StartServer,
+)
+
+
+@pytest.fixture
+def sse_server() -> Iterator[StartServer]:
+    """Factory: ``sse_server(config=None, *, process=False, **knobs) -> RunningServer``.
+
+    ``knobs`` are ServerConfig fields (``first_token_ms``, ``chunk_gap_ms``,
+    ``tokens_per_chunk``, ``output_len_override``, ``eos_at``, ``faults``, ``api_key``,
+    ``keep_alive_timeout_s``, ``cpu``, ...); ``faults`` may be a list of FaultRule or of
+    ``--fault`` specs such as ``"reset:every=2:after=3"``. ``process=True`` runs the
+    server in a child process (no shared GIL: use it when timing matters).
+    The result has ``url``, ``port``, ``config``, ``send_times(clear=False)``,
+    ``stats()`` and ``stop()``.
+    """
+    started: list[RunningServer] = []
+
+    def start(config: ServerConfig | None = None, *, process: bool = False, **knobs: Any) -> RunningServer:
+        if "faults" in knobs:
+            knobs["faults"] = tuple(
+                rule if isinstance(rule, FaultRule) else FaultRule.parse(rule) for rule in knobs["faults"]
+            )
+        server: RunningServer
+        server = ServerProcess(config, **knobs).start() if process else ServerThread(config, **knobs).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in reversed(started):
+        server.stop()

@@ -1,0 +1,328 @@
+"""`fairbench sweep` as a real process against a real streaming server on loopback."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.support.sse_server import RunningServer, StartServer
+
+# The result keys of sglang.bench_serving 0.5.23 (the "Results" part of its result line),
+# written out here rather than imported, so the test does not trust the code it checks.
+SGLANG_RESULT_KEYS = """duration completed total_input_tokens total_input_text_tokens
+total_input_vision_tokens total_output_tokens request_throughput input_throughput output_throughput
+total_throughput
+mean_e2e_latency_ms median_e2e_latency_ms std_e2e_latency_ms p90_e2e_latency_ms p95_e2e_latency_ms
+p99_e2e_latency_ms mean_ttft_ms median_ttft_ms std_ttft_ms p90_ttft_ms p95_ttft_ms p99_ttft_ms
+mean_tpot_ms median_tpot_ms std_tpot_ms p90_tpot_ms p95_tpot_ms p99_tpot_ms mean_itl_ms median_itl_ms
+std_itl_ms p90_itl_ms p95_itl_ms p99_itl_ms concurrency max_output_tokens_per_s max_concurrent_requests
+max_concurrency backend dataset_name random_input_len random_output_len random_range_ratio""".split()  # noqa: SIM905
+
+FAIRBENCH = [sys.executable, "-m", "fairbench"]
+
+
+def sweep_args(url: str, out: Path, *extra: str) -> list[str]:
+    return [*FAIRBENCH, "sweep", "--url", url, "--out", str(out), "--progress", "lines", *extra]
+
+
+def run_sweep(url: str, out: Path, *extra: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        sweep_args(url, out, *extra), capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def points(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (out / "points.jsonl").read_text().splitlines()]
+
+
+def requests_of(out: Path, pid: str) -> list[dict[str, Any]]:
+    with gzip.open(out / "requests" / f"{pid}.jsonl.gz", "rt") as handle:
+        return [json.loads(line) for line in handle]
+
+
+def test_points_carry_every_sglang_key_and_the_measured_timing(
+    sse_server: StartServer, tmp_path: Path
+) -> None:
+    server = sse_server(first_token_ms=40, chunk_gap_ms=5, process=True)
+    out = tmp_path / "run"
+    result = run_sweep(
+        server.url, out, "--input-len", "64", "--output-len", "20", "--concurrency", "1,4", "--warmup", "1x"
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"points:   {out / 'points.jsonl'}" in result.stdout
+    assert f"requests: {out / 'requests'}/" in result.stdout
+    lines = points(out)
+    assert [(p["max_concurrency"], p["repeat"]) for p in lines] == [(1, 0), (4, 0)]
+    for point in lines:
+        assert not set(SGLANG_RESULT_KEYS) - point.keys()
+        assert point["completed"] == max(16, 10 * point["max_concurrency"])
+        assert point["total_output_tokens"] == 20 * point["completed"]
+        assert point["total_input_tokens"] == 64 * point["completed"]
+        # The server's schedule: first chunk 40 ms after dispatch, then one token every 5 ms.
+        assert point["median_ttft_ms"] == pytest.approx(40, abs=4)
+        assert point["median_tpot_ms"] == pytest.approx(5, rel=0.1)
+        assert point["per_user_tps"] == pytest.approx(1000 / point["median_tpot_ms"])
+    records = requests_of(out, "c4-r0")
+    assert len(records) == 40
+    assert all(r["error"] == "" and sum(r["chunk_tokens"]) == 20 for r in records)
+    # The summary table has a row per point.
+    rows = [line.split() for line in result.stdout.splitlines() if line.split()[:1] in (["1"], ["4"])]
+    assert [row[:3] for row in rows] == [["1", "0", "16"], ["4", "0", "40"]]
+
+
+def test_measured_ttft_matches_the_servers_send_times(sse_server: StartServer, tmp_path: Path) -> None:
+    server = sse_server(first_token_ms=30, chunk_gap_ms=10, process=True)
+    out = tmp_path / "run"
+    result = run_sweep(
+        server.url, out, "--input-len", "16", "--output-len", "8", "--concurrency", "8", "--warmup", "0"
+    )
+    assert result.returncode == 0, result.stderr
+    sent = {record["id"]: record for record in server.send_times()}
+    records = requests_of(out, "c8-r0")
+    errors_ms = []
+    for record in records:
+        truth = sent[record["rid"]]
+        # Same clock (CLOCK_MONOTONIC) in both processes: compare arrival with the server's write.
+        errors_ms.append((record["chunk_ns"][0] - truth["first_chunk_ns"]) / 1e6)
+        assert record["start_ns"] <= truth["arrival_ns"]
+    # Delivery over loopback plus the client's wake-up: a fraction of a millisecond when idle.
+    # The bound is loose (a noisy CI machine); tests/perf/client_overhead.py measures it under load.
+    assert sorted(errors_ms)[len(errors_ms) // 2] < 3, errors_ms
+    assert min(errors_ms) >= 0
+
+
+def test_chunks_of_several_tokens_count_per_token(sse_server: StartServer, tmp_path: Path) -> None:
+    server = sse_server(first_token_ms=10, chunk_gap_ms=16, tokens_per_chunk=4, process=True)
+    out = tmp_path / "run"
+    result = run_sweep(
+        server.url, out, "--input-len", "8", "--output-len", "25", "--concurrency", "2", "--warmup", "0"
+    )
+    assert result.returncode == 0, result.stderr
+    (point,) = points(out)
+    # One chunk every 16 ms carrying 4 tokens: sglang's chunk ITL sees 16 ms, per token 4 ms.
+    assert point["median_itl_ms"] == pytest.approx(16, rel=0.1)
+    assert point["median_token_itl_ms"] == pytest.approx(4, rel=0.1)
+    record = requests_of(out, "c2-r0")[0]
+    assert record["chunk_tokens"] == [1, 4, 4, 4, 4, 4, 4]
+
+
+@pytest.mark.parametrize(
+    ("fault", "expected_error"),
+    [
+        ("http_error:every=3:status=503:message=overloaded now", "HTTP 503: "),
+        ("malformed:every=3:after=2", "malformed stream line: "),
+        ("reset:every=3:after=2", "connection failed: "),
+        ("stall:every=3:after=2", "stalled: no data for 0.5 s"),
+        ("error_event:every=3:after=2", "server error in stream: "),
+    ],
+)
+def test_a_failed_request_is_recorded_and_the_sweep_goes_on(
+    sse_server: StartServer, tmp_path: Path, fault: str, expected_error: str
+) -> None:
+    server = sse_server(chunk_gap_ms=1, faults=[fault])
+    out = tmp_path / "run"
+    result = run_sweep(
+        server.url,
+        out,
+        *("--input-len", "8", "--output-len", "6", "--concurrency", "1,2", "--warmup", "0"),
+        *("--read-timeout", "0.5"),
+    )
+    assert result.returncode == 0, result.stderr
+    lines = points(out)
+    assert [p["max_concurrency"] for p in lines] == [1, 2]
+    for point in lines:
+        records = requests_of(out, point["point_id"])
+        failed = [r for r in records if r["error"]]
+        assert point["failed"] == len(failed) > 0
+        assert point["completed"] == len(records) - len(failed)
+        assert all(r["error"].startswith(expected_error) for r in failed), failed[0]["error"]
+    if fault.startswith("http_error"):
+        assert failed[0]["status"] == 503
+        assert "overloaded now" in failed[0]["error"]
+
+
+def test_wrong_output_length_is_an_error_not_a_data_point(sse_server: StartServer, tmp_path: Path) -> None:
+    server = sse_server(output_len_override=5)
+    out = tmp_path / "run"
+    result = run_sweep(
+        server.url, out, "--input-len", "8", "--output-len", "6", "--concurrency", "1", "--warmup", "0"
+    )
+    (point,) = points(out)
+    assert point["completed"] == 0
+    assert point["stopped_early"] is True
+    assert requests_of(out, "c1-r0")[0]["error"].startswith("output length 5 != requested 6")
+    assert result.returncode == 1
+
+
+def test_unreachable_url_fails_within_the_connect_timeout(tmp_path: Path) -> None:
+    started = time.monotonic()
+    # 192.0.2.0/24 is TEST-NET-1: nothing answers, so the connect attempt times out.
+    result = run_sweep(
+        "http://192.0.2.1:9",
+        tmp_path / "run",
+        "--input-len",
+        "8",
+        "--output-len",
+        "4",
+        "--concurrency",
+        "1",
+        "--connect-timeout",
+        "1",
+    )
+    assert result.returncode == 1
+    assert time.monotonic() - started < 15
+    assert "cannot reach http://192.0.2.1:9/v1/models within 1 s" in result.stderr
+
+
+def test_refused_connection_is_a_clear_error(tmp_path: Path, unused_port: int) -> None:
+    result = run_sweep(
+        f"http://127.0.0.1:{unused_port}",
+        tmp_path / "run",
+        "--input-len",
+        "8",
+        "--output-len",
+        "4",
+        "--concurrency",
+        "1",
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().startswith(
+        f"fairbench sweep: error: cannot reach http://127.0.0.1:{unused_port}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--concurrency", "1,x"],
+            "argument --concurrency: '1,x' must be a comma-separated list of integers",
+        ),
+        (["--concurrency", "0"], "argument --concurrency: '0' must list positive integers"),
+        (["--output-len", "-5"], "argument --output-len: '-5' must be positive"),
+        (["--prompts-per-level", "lots"], "argument --prompts-per-level: 'lots' is not a count"),
+        (["--url", "localhost:30000"], "--url: 'localhost:30000' must start with http:// or https://"),
+        (["--range-ratio", "1.5"], "--range-ratio: 1.5 must be in (0, 1]"),
+    ],
+)
+def test_invalid_arguments_get_one_line_naming_the_argument(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    base = {"--url": "http://127.0.0.1:9", "--input-len": "8", "--output-len": "4", "--concurrency": "1"}
+    base.update(dict(zip(args[::2], args[1::2], strict=True)))
+    flat = [item for pair in base.items() for item in pair]
+    result = subprocess.run(
+        [*FAIRBENCH, "sweep", "--out", str(tmp_path / "run"), *flat],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert message in result.stderr
+
+
+def comparable(point: dict[str, Any]) -> tuple[Any, ...]:
+    """What must be identical between an interrupted-and-resumed sweep and an uninterrupted one."""
+    return (point["point_id"], point["completed"], point["total_input_tokens"], point["total_output_tokens"])
+
+
+def test_killed_and_resumed_sweep_ends_with_the_same_points(sse_server: StartServer, tmp_path: Path) -> None:
+    server = sse_server(chunk_gap_ms=2)
+    args = (
+        "--input-len",
+        "32",
+        "--output-len",
+        "10",
+        "--concurrency",
+        "1,2,4,8",
+        "--warmup",
+        "1x",
+        "--repeats",
+        "2",
+    )
+    reference = tmp_path / "reference"
+    assert run_sweep(server.url, reference, *args).returncode == 0
+
+    out = tmp_path / "killed"
+    process = subprocess.Popen(
+        sweep_args(server.url, out, *args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    points_file = out / "points.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (
+        points_file.exists() and points_file.read_text().count("\n") >= 3
+    ):
+        time.sleep(0.01)
+    process.kill()  # SIGKILL: no cleanup of any kind runs
+    process.wait()
+    written = len(points(out))
+    assert 3 <= written < 8
+
+    resumed = run_sweep(server.url, out, *args, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resuming: {written} point(s) already in" in resumed.stderr
+    final = points(out)
+    assert len({p["point_id"] for p in final}) == len(final) == 8
+    assert sorted(map(comparable, final)) == sorted(map(comparable, points(reference)))
+    # Same prompts, bit for bit: the seed alone decides them.
+    for pid in ("c1-r0", "c8-r1"):
+        assert [r["prompt_len"] for r in requests_of(out, pid)] == [
+            r["prompt_len"] for r in requests_of(reference, pid)
+        ]
+    assert not list((out / "requests").glob("*.tmp"))
+
+
+def test_ctrl_c_writes_nothing_half_done(sse_server: StartServer, tmp_path: Path) -> None:
+    server = sse_server(chunk_gap_ms=20)
+    out = tmp_path / "run"
+    process = subprocess.Popen(
+        sweep_args(
+            server.url, out, "--input-len", "8", "--output-len", "50", "--concurrency", "1,2", "--warmup", "0"
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(2.0)  # inside the first point (16 requests x ~1 s)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 130, stderr
+    assert "interrupted" in stderr
+    assert "Traceback" not in stderr
+    assert (out / "points.jsonl").exists() is False or points(out) == []
+    assert not list((out / "requests").glob("*"))
+
+
+@pytest.fixture
+def unused_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_api_key_is_sent_as_bearer(sse_server: StartServer, tmp_path: Path) -> None:
+    server: RunningServer = sse_server(api_key="s3cret")
+    base = ("--input-len", "8", "--output-len", "4", "--concurrency", "1", "--warmup", "0")
+    denied = run_sweep(server.url, tmp_path / "denied", *base)
+    assert denied.returncode == 1
+    env = {**os.environ, "FAIRBENCH_API_KEY": "s3cret"}
+    allowed = subprocess.run(
+        sweep_args(server.url, tmp_path / "allowed", *base),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+    assert allowed.returncode == 0, allowed.stderr
