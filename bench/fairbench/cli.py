@@ -54,6 +54,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"fairbench {name}: interrupted", file=sys.stderr)
         return 130
 
-
-if __name__ == "__main__":  # TEMP until the sim tests use python -m fairbench
-    sys.exit(main())

@@ -1,0 +1,17 @@
+"""``fairbench sim``: an SGLang-compatible server with a documented performance model and fault switches.
+
+It accepts the command line of ``sglang.launch_server`` (the flag table in ``sglang_flags.json`` is
+generated from SGLang's own parser), speaks SGLang's HTTP API and stream formats, and produces tokens on
+the schedule of a continuous-batching performance model whose constants live in ``profiles/*.yaml``.
+
+Modules, in the order data flows through them:
+``args`` (flags -> ``SimConfig``), ``model`` (profile -> step and prefill times), ``engine`` (the
+continuous-batching scheduler and the clock that drives it), ``api`` (request bodies in, SGLang's
+response and stream formats out), ``http`` (a minimal HTTP/1.1 server on raw asyncio, fast enough to
+stream tens of thousands of tokens per second on one core), ``server`` (routes, auth, ``/server_info``,
+``/metrics``, start-up), ``faults``, ``predict`` (the same engine on a virtual clock: what a closed-loop
+sweep will measure) and ``command`` (the ``fairbench sim`` entry point).
+
+The simulator shares no code with fairbench's client: both follow SGLang's formats as read from its
+source, so a bug in one is caught by the other instead of cancelling out.
+"""

@@ -1,0 +1,503 @@
+"""SGLang's request bodies in, SGLang's responses and stream events out, for the three generation APIs.
+
+Shapes follow SGLang 0.5.23's source: ``/generate`` from ``http_server.serve_generate_request`` and
+``tokenizer_manager`` (cumulative ``text`` and ``output_ids``, ``meta_info`` in its key order);
+``/v1/completions`` from ``serving_completions`` and ``/v1/chat/completions`` from ``serving_chat`` and
+``sse_utils`` (pydantic and msgspec field order, ``null`` where those serializers write it, usage per chunk
+with ``stream_options.continuous_usage_stats``, a usage-only chunk with ``choices: []`` with
+``include_usage``). JSON is compact as orjson, pydantic and msgspec write it, except SGLang's streamed
+error events, which it writes with ``json.dumps`` and its default separators.
+
+The simulator has no tokenizer. A text prompt counts one token per whitespace-separated word, a prompt
+of token ids one per id (what a benchmark's random-ids dataset sends). Output tokens are words of a
+small fixed vocabulary, each with its own token id, so text and ids stay consistent.
+
+Without ``ignore_eos`` a request "meets EOS" after the profile's ``natural_output_tokens`` tokens (when
+that is below its limit) and finishes with ``stop`` and the EOS id as ``matched``: a client that forgets
+``ignore_eos`` gets short responses, as it would from a real model.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fairbench.sim.engine import SimRequest
+from fairbench.sim.http import HttpExchange
+
+# Plain lower-case words: no character in them needs escaping in JSON, so events embed them as they are.
+VOCABULARY = (
+    *("the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with", "as", "by", "at", "from"),
+    *("his", "an", "were", "are", "which", "this", "be", "or", "has", "had", "not", "first", "one"),
+    *("their", "its", "new", "after", "who", "they", "have", "her", "she", "two", "been", "other"),
+    *("when", "there", "all", "during", "into", "school", "time", "may", "years", "more", "most"),
+    *("only", "over", "city", "some", "world", "would", "where", "later", "up"),
+)
+FIRST_TOKEN_ID = 1000
+TOKEN_TEXTS = tuple(" " + word for word in VOCABULARY)
+TOKEN_IDS = tuple(str(FIRST_TOKEN_ID + index) for index in range(len(VOCABULARY)))
+
+DONE_EVENT = b"data: [DONE]\n\n"
+
+
+def compact_json(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+class ApiError(Exception):
+    """A request SGLang would refuse: ``status`` and the JSON body SGLang sends for it."""
+
+    def __init__(self, status: int, body: dict[str, Any]) -> None:
+        super().__init__(body)
+        self.status = status
+        self.body = body
+
+
+def openai_error(message: str, err_type: str = "BadRequestError", status: int = 400) -> ApiError:
+    """``OpenAIServingBase.create_error_response``."""
+    return ApiError(
+        status, {"object": "error", "message": message, "type": err_type, "param": None, "code": status}
+    )
+
+
+def validation_error(message: str) -> ApiError:
+    """The 400 SGLang's ``RequestValidationError`` handler sends for a body that does not parse."""
+    return ApiError(
+        400, {"object": "error", "message": message, "type": "Bad Request", "param": None, "code": 400}
+    )
+
+
+@dataclass(slots=True)
+class GenerationRequest:
+    api: str
+    """``generate``, ``completions`` or ``chat``."""
+    rid: str
+    model: str
+    prompt_tokens: int
+    max_new_tokens: int | None
+    ignore_eos: bool
+    stream: bool
+    include_usage: bool
+    continuous_usage: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ServingInfo:
+    """What the formats need from the server's configuration."""
+
+    context_length: int
+    eos_token_id: int
+    natural_output_tokens: int
+    weight_version: str
+    default_include_usage: bool
+
+
+def count_text_tokens(text: str) -> int:
+    return len(text.split())
+
+
+def _int_field(body: dict[str, Any], name: str, default: int | None) -> int | None:
+    value = body.get(name, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise validation_error(f"{name}: Input should be a valid integer")
+    return value
+
+
+def _bool_field(body: dict[str, Any], name: str) -> bool:
+    value = body.get(name, False)
+    if not isinstance(value, bool):
+        raise validation_error(f"{name}: Input should be a valid boolean")
+    return value
+
+
+def _prompt_tokens(prompt: Any, what: str) -> int:
+    """Tokens of one prompt given as text or as token ids; batches are not simulated."""
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        return count_text_tokens(prompt)
+    if isinstance(prompt, list) and all(
+        isinstance(token, int) and not isinstance(token, bool) for token in prompt
+    ):
+        return len(prompt)
+    if isinstance(prompt, list):
+        raise openai_error(f"{what}: the simulator serves one prompt per request, not a batch")
+    raise validation_error(f"{what}: Input should be a valid string or list of token ids")
+
+
+def _usage_options(body: dict[str, Any], info: ServingInfo) -> tuple[bool, bool]:
+    """``should_include_usage``: (final usage chunk, usage on every chunk)."""
+    options = body.get("stream_options")
+    if not options:
+        return info.default_include_usage, False
+    if not isinstance(options, dict):
+        raise validation_error("stream_options: Input should be a valid dictionary")
+    return bool(options.get("include_usage")) or info.default_include_usage, bool(
+        options.get("continuous_usage_stats")
+    )
+
+
+def parse_generate(body: dict[str, Any], info: ServingInfo) -> GenerationRequest:
+    if ("text" in body) == ("input_ids" in body) and "input_embeds" not in body:
+        raise ApiError(
+            400, {"error": {"message": "Either text, input_ids or input_embeds should be provided."}}
+        )
+    prompt = body.get("text", body.get("input_ids"))
+    sampling = body.get("sampling_params") or {}
+    if not isinstance(sampling, dict):
+        raise validation_error("sampling_params: Input should be a valid dictionary")
+    rid = body.get("rid")
+    return GenerationRequest(
+        api="generate",
+        rid=rid if isinstance(rid, str) else uuid.uuid4().hex,
+        model="",
+        prompt_tokens=_prompt_tokens(prompt, "text" if "text" in body else "input_ids"),
+        # SamplingParams' default max_new_tokens.
+        max_new_tokens=_int_field(sampling, "max_new_tokens", 128),
+        ignore_eos=_bool_field(sampling, "ignore_eos"),
+        stream=_bool_field(body, "stream"),
+        include_usage=False,
+        continuous_usage=False,
+    )
+
+
+def parse_completion(body: dict[str, Any], info: ServingInfo) -> GenerationRequest:
+    if "prompt" not in body:
+        raise validation_error(
+            "1 validation error:\n  {'type': 'missing', 'loc': ('body', 'prompt'), 'msg': 'Field required'}"
+        )
+    prompt = body["prompt"]
+    if not prompt or (isinstance(prompt, list) and all(not part for part in prompt)):
+        raise openai_error("Prompt cannot be empty")
+    max_tokens = _int_field(body, "max_tokens", 16)
+    if max_tokens is not None and max_tokens <= 0:
+        raise validation_error("max_tokens: Value error, max_tokens must be positive")
+    include_usage, continuous_usage = _usage_options(body, info)
+    return GenerationRequest(
+        api="completions",
+        rid=body["rid"] if isinstance(body.get("rid"), str) else uuid.uuid4().hex,
+        model=str(body.get("model", "default")),
+        prompt_tokens=_prompt_tokens(prompt, "prompt"),
+        max_new_tokens=max_tokens,
+        ignore_eos=_bool_field(body, "ignore_eos"),
+        stream=_bool_field(body, "stream"),
+        include_usage=include_usage,
+        continuous_usage=continuous_usage,
+    )
+
+
+def _message_tokens(message: Any) -> int:
+    if not isinstance(message, dict) or "role" not in message:
+        raise validation_error("messages: each message needs a role")
+    content = message.get("content")
+    if isinstance(content, str):
+        return count_text_tokens(content)
+    if isinstance(content, list):
+        return sum(count_text_tokens(part.get("text", "")) for part in content if isinstance(part, dict))
+    return 0
+
+
+def parse_chat(body: dict[str, Any], info: ServingInfo) -> GenerationRequest:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise validation_error("messages: Field required")
+    max_tokens = _int_field(body, "max_completion_tokens", None) or _int_field(body, "max_tokens", None)
+    include_usage, continuous_usage = _usage_options(body, info)
+    return GenerationRequest(
+        api="chat",
+        rid=body["rid"] if isinstance(body.get("rid"), str) else uuid.uuid4().hex,
+        model=str(body.get("model", "default")),
+        prompt_tokens=sum(_message_tokens(message) for message in messages),
+        max_new_tokens=max_tokens,
+        ignore_eos=_bool_field(body, "ignore_eos"),
+        stream=_bool_field(body, "stream"),
+        include_usage=include_usage,
+        continuous_usage=continuous_usage,
+    )
+
+
+PARSERS: dict[str, Callable[[dict[str, Any], ServingInfo], GenerationRequest]] = {
+    "generate": parse_generate,
+    "completions": parse_completion,
+    "chat": parse_chat,
+}
+
+
+def plan_output(request: GenerationRequest, info: ServingInfo) -> tuple[int, bool]:
+    """(tokens to generate, whether it ends on EOS); raises SGLang's context-length errors."""
+    prompt = request.prompt_tokens
+    context = info.context_length
+    if prompt >= context:
+        raise ValueError(
+            f"The input ({prompt} tokens) is longer than the model's context length ({context} tokens)."
+        )
+    wanted = request.max_new_tokens
+    if wanted is not None and wanted + prompt > context:
+        raise ValueError(
+            f"Requested token count exceeds the model's maximum context length of {context} tokens. "
+            f"You requested a total of {wanted + prompt} tokens: {prompt} tokens from the input messages "
+            f"and {wanted} tokens for the completion. Please reduce the number of tokens in the input "
+            "messages or the completion to fit within the limit."
+        )
+    limit = request.max_new_tokens if request.max_new_tokens is not None else info.context_length - prompt
+    limit = max(limit, 1)  # the simulator always produces the prefill's token
+    if not request.ignore_eos and info.natural_output_tokens < limit:
+        return info.natural_output_tokens, True
+    return limit, False
+
+
+@dataclass(slots=True)
+class StreamHooks:
+    """What the server attaches to every writer."""
+
+    malformed: Callable[[bytes], bytes] | None
+    """The malformed-every fault: may break an event before it is sent."""
+    finished: Callable[[ResponseWriter], None]
+    record_times: bool
+    """Keep each event's send time and token count (for ``--sim-trace``)."""
+
+
+class ResponseWriter(ABC):
+    """A request's tokens turned into SGLang's events on its connection; the engine's ``TokenSink``.
+
+    Token ``p`` of a response (0-based) is vocabulary entry ``(vocabulary_offset + p) % len(VOCABULARY)``, so
+    a writer only counts tokens and spells them when an event needs them. ``deliver`` runs once per
+    request per round at up to tens of thousands of times a second: it avoids every avoidable step.
+    """
+
+    headers_before_first_token = False
+    """``/generate`` returns its StreamingResponse at once; the OpenAI routes wait for the first chunk."""
+
+    def __init__(
+        self,
+        *,
+        request: GenerationRequest,
+        info: ServingInfo,
+        exchange: HttpExchange,
+        ends_on_eos: bool,
+        vocabulary_offset: int,
+        hooks: StreamHooks,
+    ) -> None:
+        self.request = request
+        self.info = info
+        self.exchange = exchange
+        self.ends_on_eos = ends_on_eos
+        self.vocabulary_offset = vocabulary_offset
+        self.hooks = hooks
+        self.created = int(time.time())
+        self.received_ns = time.perf_counter_ns()
+        self.completion_tokens = 0
+        self.event_ns: list[int] = []
+        self.event_tokens: list[int] = []
+        self.rid_json = json.dumps(request.rid)
+        self.model_json = json.dumps(request.model)
+
+    def deliver(self, sim_request: SimRequest, tokens: int, finished: bool) -> None:
+        """The engine's ``TokenSink``: ``tokens`` new tokens leave now."""
+        start = self.completion_tokens
+        self.completion_tokens = start + tokens
+        if self.hooks.record_times:
+            self.event_ns.append(time.perf_counter_ns())
+            self.event_tokens.append(tokens)
+        exchange = self.exchange
+        if not self.request.stream:
+            if finished:
+                exchange.respond(200, compact_json(self.full_response()))
+                self.hooks.finished(self)
+            return
+        events = self.stream_events(start, tokens, finished)
+        if self.hooks.malformed is not None:
+            events = [self.hooks.malformed(event) for event in events]
+        if not exchange.streaming:
+            exchange.start_stream()
+        if finished:
+            exchange.end_stream(b"".join([*events, DONE_EVENT]))
+            self.hooks.finished(self)
+        else:
+            exchange.send(events[0] if len(events) == 1 else b"".join(events))
+
+    @abstractmethod
+    def stream_events(self, start: int, tokens: int, finished: bool) -> list[bytes]:
+        """The SSE events for the ``tokens`` tokens from position ``start`` on."""
+
+    @abstractmethod
+    def full_response(self) -> dict[str, Any]:
+        """The non-streaming response body."""
+
+    def vocabulary_indices(self, start: int, count: int) -> list[int]:
+        first = self.vocabulary_offset + start
+        return [position % len(VOCABULARY) for position in range(first, first + count)]
+
+    def text_of(self, start: int, count: int) -> str:
+        if count == 1:
+            return TOKEN_TEXTS[(self.vocabulary_offset + start) % len(VOCABULARY)]
+        return "".join(TOKEN_TEXTS[index] for index in self.vocabulary_indices(start, count))
+
+    @property
+    def finish_reason(self) -> dict[str, Any]:
+        if self.ends_on_eos:
+            return {"type": "stop", "matched": self.info.eos_token_id}
+        return {"type": "length", "length": self.completion_tokens}
+
+    @property
+    def matched_stop(self) -> int | None:
+        return self.info.eos_token_id if self.ends_on_eos else None
+
+    def usage(self, with_nulls: bool) -> dict[str, Any]:
+        """``UsageProcessor.calculate_token_usage`` as pydantic dumps it, with or without its nulls."""
+        prompt = self.request.prompt_tokens
+        usage: dict[str, Any] = {
+            "prompt_tokens": prompt,
+            "total_tokens": prompt + self.completion_tokens,
+            "completion_tokens": self.completion_tokens,
+            "prompt_tokens_details": None,
+            "reasoning_tokens": 0,
+            "completion_tokens_details": None,
+        }
+        return usage if with_nulls else {key: value for key, value in usage.items() if value is not None}
+
+    def usage_chunk(self, object_name: str, with_nulls: bool) -> bytes:
+        """The final usage-only chunk, ``choices: []``, sent with ``include_usage``."""
+        final = {
+            "id": self.request.rid,
+            "object": object_name,
+            "created": self.created,
+            "model": self.request.model,
+            "choices": [],
+            "usage": self.usage(with_nulls),
+        }
+        return b"data: " + compact_json(final) + b"\n\n"
+
+    def openai_response(self, object_name: str, choice: dict[str, Any]) -> dict[str, Any]:
+        """``CompletionResponse`` / ``ChatCompletionResponse`` around the one ``choice``."""
+        return {
+            "id": self.request.rid,
+            "object": object_name,
+            "created": self.created,
+            "model": self.request.model,
+            "choices": [
+                {
+                    "index": 0,
+                    **choice,
+                    "logprobs": None,
+                    "finish_reason": self.finish_reason["type"],
+                    "matched_stop": self.matched_stop,
+                }
+            ],
+            "usage": self.usage(with_nulls=True),
+            "metadata": {"weight_version": self.info.weight_version},
+        }
+
+
+class GenerateWriter(ResponseWriter):
+    """``/generate``: cumulative ``text`` and ``output_ids`` in every event (kept as growing strings)."""
+
+    headers_before_first_token = True
+    streamed_text = ""
+    streamed_ids = ""
+
+    def meta_info(self, finished: bool) -> str:
+        finish = compact_json(self.finish_reason).decode() if finished else "null"
+        meta = (
+            f'{{"id":{self.rid_json},"finish_reason":{finish},"prompt_tokens":{self.request.prompt_tokens},'
+            f'"weight_version":{json.dumps(self.info.weight_version)},"num_retractions":0,"reasoning_tokens":0,'
+            f'"completion_tokens":{self.completion_tokens},"cached_tokens":0'
+        )
+        if finished:
+            meta += f',"e2e_latency":{(time.perf_counter_ns() - self.received_ns) / 1e9}'
+        return meta + "}"
+
+    def stream_events(self, start: int, tokens: int, finished: bool) -> list[bytes]:
+        new_ids = ",".join(TOKEN_IDS[index] for index in self.vocabulary_indices(start, tokens))
+        self.streamed_ids = f"{self.streamed_ids},{new_ids}" if self.streamed_ids else new_ids
+        self.streamed_text += self.text_of(start, tokens)
+        return [
+            f'data: {{"text":"{self.streamed_text}","output_ids":[{self.streamed_ids}],'
+            f'"meta_info":{self.meta_info(finished)}}}\n\n'.encode()
+        ]
+
+    def full_response(self) -> dict[str, Any]:
+        return {
+            "text": self.text_of(0, self.completion_tokens),
+            "output_ids": [
+                FIRST_TOKEN_ID + index for index in self.vocabulary_indices(0, self.completion_tokens)
+            ],
+            "meta_info": json.loads(self.meta_info(finished=True)),
+        }
+
+
+def generate_stream_error(message: str) -> bytes:
+    """The event ``/generate`` streams when the request fails after its stream began, then ``[DONE]``."""
+    error = {"error": {"message": message, "type": "invalid_request_error", "code": 400, "retryable": False}}
+    return b"data: " + compact_json(error) + b"\n\n" + DONE_EVENT
+
+
+class CompletionWriter(ResponseWriter):
+    """``/v1/completions``: text deltas; the last content chunk carries ``finish_reason``."""
+
+    def stream_events(self, start: int, tokens: int, finished: bool) -> list[bytes]:
+        finish = f'"{self.finish_reason["type"]}"' if finished else "null"
+        matched = json.dumps(self.matched_stop) if finished else "null"
+        usage = (
+            compact_json(self.usage(with_nulls=True)).decode() if self.request.continuous_usage else "null"
+        )
+        events = [
+            f'data: {{"id":{self.rid_json},"object":"text_completion","created":{self.created},'
+            f'"model":{self.model_json},"choices":[{{"index":0,"text":"{self.text_of(start, tokens)}",'
+            f'"logprobs":null,"finish_reason":{finish},"matched_stop":{matched}}}],"usage":{usage}}}\n\n'.encode()
+        ]
+        if finished and self.request.include_usage:
+            # SGLang writes this one with exclude_none=True: the usage keeps only its non-null fields.
+            events.append(self.usage_chunk("text_completion", with_nulls=False))
+        return events
+
+    def full_response(self) -> dict[str, Any]:
+        return self.openai_response("text_completion", {"text": self.text_of(0, self.completion_tokens)})
+
+
+class ChatWriter(ResponseWriter):
+    """``/v1/chat/completions``: a role chunk, content deltas, a finish chunk, then the usage chunk."""
+
+    def _chunk(self, delta: str, tail: str = "", finish: str = "null", matched: str = "null") -> bytes:
+        return (
+            f'data: {{"id":{self.rid_json},"object":"chat.completion.chunk","created":{self.created},'
+            f'"model":{self.model_json},"choices":[{{"index":0,"delta":{{"reasoning_content":null{delta}}},'
+            f'"logprobs":null,"finish_reason":{finish},"matched_stop":{matched}}}]{tail}}}\n\n'
+        ).encode()
+
+    def stream_events(self, start: int, tokens: int, finished: bool) -> list[bytes]:
+        events = [self._chunk(',"role":"assistant","content":""')] if start == 0 else []
+        usage = (
+            f',"usage":{compact_json(self.usage(with_nulls=True)).decode()}'
+            if self.request.continuous_usage
+            else ""
+        )
+        events.append(self._chunk(f',"content":"{self.text_of(start, tokens)}"', usage))
+        if finished:
+            finish = f'"{self.finish_reason["type"]}"'
+            events.append(self._chunk("", finish=finish, matched=json.dumps(self.matched_stop)))
+            if self.request.include_usage:
+                events.append(self.usage_chunk("chat.completion.chunk", with_nulls=True))
+        return events
+
+    def full_response(self) -> dict[str, Any]:
+        message = {
+            "role": "assistant",
+            "content": self.text_of(0, self.completion_tokens),
+            "reasoning_content": None,
+        }
+        return self.openai_response("chat.completion", {"message": message})
+
+
+WRITERS: dict[str, type[ResponseWriter]] = {
+    "generate": GenerateWriter,
+    "completions": CompletionWriter,
+    "chat": ChatWriter,
+}

@@ -1,0 +1,28 @@
+"""``fairbench sim``: serve the simulator, or with ``--sim-predict`` print what a sweep would measure."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from fairbench.cli import UsageError
+from fairbench.sim.args import ConfigError, add_sglang_arguments, add_sim_arguments, resolve
+from fairbench.sim.predict import format_sweep, predict_sweep
+from fairbench.sim.server import serve_forever
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_sglang_arguments(parser)
+    add_sim_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        config = resolve(args)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    if config.predict is not None:
+        input_len, output_len = config.predict
+        print(format_sweep(config, input_len, output_len, predict_sweep(config, input_len, output_len)))
+        return 0
+    return asyncio.run(serve_forever(config))

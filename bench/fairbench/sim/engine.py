@@ -1,0 +1,334 @@
+"""Continuous batching: the scheduler that decides each forward, and the engine that times them.
+
+The scheduler works in *rounds*, each one forward pass or a few back-to-back decode steps:
+
+* A **prefill round** admits waiting requests (first come, first served) while running + admitted stays
+  within ``max_running_requests`` and their input fits in one ``chunked_prefill_size`` forward (a single
+  longer input is admitted alone and takes several forwards). It costs ``prefill_seconds`` and gives
+  each admitted request its first token. Prefill takes priority over decoding, as in SGLang without
+  ``--enable-mixed-chunk``: running requests wait while newcomers are prefilled.
+* A **decode round** runs ``num_continuous_decode_steps`` steps over the running batch as it stood at
+  the round's start; each step costs ``t(b)`` and gives every unfinished request one token (the mean
+  accepted length under speculative decoding, carried as a fraction so the average is exact).
+  Requests join and leave only between rounds; one that reaches its length mid-round still occupies
+  its batch slot until the round ends.
+
+At the end of a round tokens are handed to each request's sink following SGLang's streaming rule
+(``OutputStreamer.accept``): always when the request finished, else every round when
+``--stream-interval`` is 1, else its first token at once and then whenever at least ``stream_interval``
+tokens are unsent. So with ``num_continuous_decode_steps = n`` tokens leave in chunks of ``n``.
+
+The engine runs the rounds on a clock: an asyncio loop for the server, a virtual clock for
+``predict``, with the same code. Round ``i + 1`` is scheduled from round ``i``'s *scheduled* end, not
+from when its callback actually ran, so a late event loop never stretches the modelled timeline; the
+lateness is recorded as schedule lag and reported in ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from fairbench.sim.model import PerformanceModel
+
+
+class TokenSink(Protocol):
+    def deliver(self, request: SimRequest, tokens: int, finished: bool) -> None:
+        """``tokens`` new tokens of ``request`` leave now; ``finished`` when they are its last."""
+
+
+@dataclass(slots=True, eq=False)
+class SimRequest:
+    prompt_tokens: int
+    output_limit: int
+    """Tokens it generates before it finishes (by length or by its simulated EOS)."""
+    sink: TokenSink
+    counted: bool = True
+    """False for the health check's probe, which SGLang keeps out of its metrics."""
+    generated: int = 0
+    sent: int = 0
+    spec_credit: float = 0.0
+    aborted: bool = False
+
+
+@dataclass(slots=True)
+class Round:
+    admitted: list[SimRequest]
+    """The requests this prefill round admits; empty for a decode round."""
+    batch: list[SimRequest]
+    """The running batch this decode round steps; empty for a prefill round."""
+    steps: int
+    seconds: float
+
+
+@dataclass(slots=True)
+class SchedulerLimits:
+    max_running_requests: int
+    chunked_prefill_size: int
+    """Input tokens one prefill forward takes; 0 or less: unlimited (``--chunked-prefill-size -1``)."""
+    decode_steps_per_round: int
+    stream_interval: int
+
+
+class Scheduler:
+    """One data-parallel replica's request queue and running batch."""
+
+    def __init__(self, model: PerformanceModel, limits: SchedulerLimits) -> None:
+        self.model = model
+        self.limits = limits
+        self.waiting: deque[SimRequest] = deque()
+        self.running: list[SimRequest] = []
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+        self.requests_finished = 0
+
+    def submit(self, request: SimRequest) -> None:
+        self.waiting.append(request)
+
+    @property
+    def num_waiting(self) -> int:
+        return sum(1 for request in self.waiting if not request.aborted)
+
+    def plan_round(self) -> Round | None:
+        """The next forward: a prefill if anyone waits and a slot is free, else a decode round."""
+        limits = self.limits
+        self.running = [request for request in self.running if not request.aborted]
+        admitted: list[SimRequest] = []
+        tokens = 0
+        while self.waiting and len(self.running) + len(admitted) < limits.max_running_requests:
+            candidate = self.waiting[0]
+            if candidate.aborted:
+                self.waiting.popleft()
+                continue
+            if admitted and 0 < limits.chunked_prefill_size < tokens + candidate.prompt_tokens:
+                break
+            admitted.append(self.waiting.popleft())
+            tokens += candidate.prompt_tokens
+        if admitted:
+            forwards = -(-tokens // limits.chunked_prefill_size) if limits.chunked_prefill_size > 0 else 1
+            return Round(admitted, [], 0, self.model.prefill_seconds(tokens, forwards))
+        if self.running:
+            steps = limits.decode_steps_per_round
+            return Round(
+                [], list(self.running), steps, steps * self.model.decode_step_seconds(len(self.running))
+            )
+        return None
+
+    def finish_round(self, finished_round: Round) -> int:
+        """Apply a round's tokens and hand them to the sinks; returns the tokens generated.
+
+        The simulator's hot loop, one pass per running request per round: hence one function, locals.
+        """
+        prefill = bool(finished_round.admitted)
+        per_round = finished_round.steps * self.model.tokens_per_step
+        whole_tokens = int(per_round) if per_round.is_integer() else 0
+        interval = self.limits.stream_interval
+        generated = counted_prompt = counted_generated = 0
+        still_running = []
+        for request in finished_round.admitted or finished_round.batch:
+            if request.aborted:
+                continue
+            if prefill:
+                gained = 1
+            elif whole_tokens:
+                gained = whole_tokens
+            else:  # speculative decoding: carry the fraction of a token so the mean comes out exact
+                credit = request.spec_credit + per_round
+                gained = int(credit)
+                request.spec_credit = credit - gained
+            room = request.output_limit - request.generated
+            finished = gained >= room
+            if finished:
+                gained = room
+            request.generated += gained
+            generated += gained
+            if request.counted:
+                counted_generated += gained
+                counted_prompt += request.prompt_tokens if prefill else 0
+                self.requests_finished += finished
+            # SGLang's OutputStreamer.accept: always at the end, else every step at interval 1, else the
+            # first token at once and then whenever at least `interval` tokens are unsent.
+            unsent = request.generated - request.sent
+            if finished or interval == 1 or unsent >= interval or request.sent == 0:
+                request.sent = request.generated
+                request.sink.deliver(request, unsent, finished)
+            if not finished:
+                still_running.append(request)
+        if prefill:
+            self.running += still_running
+        else:
+            self.running = still_running
+        self.prompt_tokens_total += counted_prompt
+        self.generation_tokens_total += counted_generated
+        return generated
+
+
+class Clock(Protocol):
+    def time(self) -> float: ...
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> None: ...
+
+
+class VirtualClock:
+    """Time that jumps from event to event: a whole sweep runs in the time it takes to compute it."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self._events: list[tuple[float, int, Callable[[], None]]] = []
+        self._order = itertools.count()
+
+    def time(self) -> float:
+        return self.now
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> None:
+        heapq.heappush(self._events, (when, next(self._order), callback))
+
+    def run(self) -> None:
+        while self._events:
+            self.now, _, callback = heapq.heappop(self._events)
+            callback()
+
+
+@dataclass(slots=True)
+class _Replica:
+    scheduler: Scheduler
+    current: Round | None = None
+    scheduled_end: float = 0.0
+
+
+@dataclass(slots=True)
+class ScheduleLag:
+    """How late round ends ran relative to the model's timeline, in seconds of real time."""
+
+    rounds: int = 0
+    total_s: float = 0.0
+    max_s: float = 0.0
+
+    def record(self, lag_s: float) -> None:
+        self.rounds += 1
+        self.total_s += lag_s
+        self.max_s = max(self.max_s, lag_s)
+
+    @property
+    def mean_s(self) -> float:
+        return self.total_s / self.rounds if self.rounds else 0.0
+
+
+@dataclass(slots=True)
+class _ThroughputWindow:
+    """SGLang's ``gen_throughput``: tokens over the time of the last ``decode_log_interval`` decode rounds."""
+
+    interval_rounds: int
+    rounds: int = 0
+    tokens: int = 0
+    since: float = 0.0
+    tokens_per_s: float = 0.0
+
+    def record(self, now: float, tokens: int) -> None:
+        self.rounds += 1
+        self.tokens += tokens
+        if self.rounds >= self.interval_rounds:
+            if now > self.since:
+                self.tokens_per_s = self.tokens / (now - self.since)
+            self.rounds = self.tokens = 0
+            self.since = now
+
+
+@dataclass(slots=True)
+class Engine:
+    """Runs each replica's rounds on ``clock``; durations are the model's times ``time_scale``."""
+
+    schedulers: list[Scheduler]
+    clock: Clock
+    time_scale: float = 1.0
+    decode_log_interval: int = 40
+    lag: ScheduleLag = field(init=False, default_factory=ScheduleLag)
+    started: bool = field(init=False, default=False)
+    halted: bool = field(init=False, default=False)
+    _replicas: list[_Replica] = field(init=False)
+    _next_replica: int = field(init=False, default=0)
+    _output_waiters: list[Callable[[], None]] = field(init=False, default_factory=list)
+    _throughput: _ThroughputWindow = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._replicas = [_Replica(scheduler) for scheduler in self.schedulers]
+        self._throughput = _ThroughputWindow(self.decode_log_interval)
+
+    def start(self) -> None:
+        """Loading is over: begin running whatever has queued up."""
+        self.started = True
+        self._throughput.since = self.clock.time()
+        for replica in self._replicas:
+            self._begin(replica, self.clock.time())
+
+    def halt(self) -> None:
+        """A hung GPU: no round ever ends again; connections stay open with no more tokens."""
+        self.halted = True
+
+    def submit(self, request: SimRequest) -> None:
+        """Queue ``request`` on the next replica in turn (SGLang's round-robin DP dispatch)."""
+        replica = self._replicas[self._next_replica]
+        self._next_replica = (self._next_replica + 1) % len(self._replicas)
+        replica.scheduler.submit(request)
+        if self.started and replica.current is None:
+            self._begin(replica, max(self.clock.time(), replica.scheduled_end))
+
+    def abort(self, request: SimRequest) -> None:
+        """The client went away: the request leaves the queue or batch at the next round boundary."""
+        request.aborted = True
+
+    def on_next_output(self, waiter: Callable[[], None]) -> None:
+        """Call ``waiter`` once, when the next round that produced tokens ends (the health check)."""
+        self._output_waiters.append(waiter)
+
+    @property
+    def num_running(self) -> int:
+        return sum(len(replica.scheduler.running) for replica in self._replicas)
+
+    @property
+    def num_waiting(self) -> int:
+        return sum(replica.scheduler.num_waiting for replica in self._replicas)
+
+    @property
+    def prompt_tokens_total(self) -> int:
+        return sum(replica.scheduler.prompt_tokens_total for replica in self._replicas)
+
+    @property
+    def generation_tokens_total(self) -> int:
+        return sum(replica.scheduler.generation_tokens_total for replica in self._replicas)
+
+    @property
+    def requests_finished(self) -> int:
+        return sum(replica.scheduler.requests_finished for replica in self._replicas)
+
+    @property
+    def gen_throughput(self) -> float:
+        return self._throughput.tokens_per_s
+
+    def _begin(self, replica: _Replica, start: float) -> None:
+        planned = replica.scheduler.plan_round()
+        replica.current = planned
+        replica.scheduled_end = start
+        if planned is None:
+            return
+        replica.scheduled_end = start + planned.seconds * self.time_scale
+        self.clock.call_at(replica.scheduled_end, lambda: self._end(replica))
+
+    def _end(self, replica: _Replica) -> None:
+        if self.halted:
+            return
+        finished_round = replica.current
+        assert finished_round is not None, "a round ended that was never begun"
+        self.lag.record(max(0.0, self.clock.time() - replica.scheduled_end))
+        tokens = replica.scheduler.finish_round(finished_round)
+        if finished_round.batch:
+            self._throughput.record(replica.scheduled_end, tokens)
+        if tokens and self._output_waiters:
+            waiters, self._output_waiters = self._output_waiters, []
+            for waiter in waiters:
+                waiter()
+        self._begin(replica, replica.scheduled_end)

@@ -1,0 +1,503 @@
+"""The simulator's HTTP server: SGLang's routes, its API-key rules, ``/server_info``, ``/metrics``, faults.
+
+Routes and status codes follow SGLang 0.5.23's ``http_server.py``:
+
+* ``/health`` and ``/health_generate``: 503 while loading (and while the slow-start fault lasts), else
+  SGLang's generation check: 200 as soon as the engine produces any token after the call (a one-token
+  probe is queued when the engine is idle), 503 if nothing comes within ``SGLANG_HEALTH_CHECK_TIMEOUT``
+  seconds (20 by default). SGLang polls for that output once a second; the simulator answers at once.
+* ``/generate``, ``/v1/completions``, ``/v1/chat/completions``: see ``api``.
+* ``/server_info`` and the deprecated ``/get_server_info``; ``/model_info`` and ``/get_model_info``;
+  ``/v1/models`` and ``/v1/models/{model}``; ``/flush_cache`` (GET or POST, 400 while requests run);
+  ``/metrics`` only with ``--enable-metrics``, as in SGLang.
+* ``--api-key`` guards every route but ``/health*``, ``/ready*`` and ``/metrics*`` (Bearer token, 401
+  ``{"error": "Unauthorized"}``); ``/flush_cache`` takes the ``--admin-api-key`` instead when one is set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from typing import IO, Any
+
+from fairbench.sim.api import (
+    PARSERS,
+    WRITERS,
+    ApiError,
+    GenerationRequest,
+    ResponseWriter,
+    ServingInfo,
+    StreamHooks,
+    compact_json,
+    generate_stream_error,
+    openai_error,
+    plan_output,
+    validation_error,
+)
+from fairbench.sim.args import MODELLED_FIELDS, SimConfig, flag_table, sglang_version
+from fairbench.sim.engine import Engine, Scheduler, SimRequest
+from fairbench.sim.faults import FaultAction, FaultState
+from fairbench.sim.http import HttpExchange, HttpRequest, serve
+
+HEALTH_CHECK_TIMEOUT_S = float(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
+FLUSH_CACHE_DONE = (
+    b"Cache flushed.\nPlease check backend logs for more details. "
+    b"(When there are running or waiting requests, the operation will not be performed.)\n"
+)
+
+Endpoint = Callable[[HttpRequest, HttpExchange], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    methods: tuple[str, ...]
+    endpoint: Endpoint
+    admin_optional: bool = False
+    """SGLang's ``AuthLevel.ADMIN_OPTIONAL``: the admin key, when set, replaces the API key."""
+
+
+class _LoopClock:
+    """The engine's clock on the running asyncio loop (whose ``call_at`` also takes ``*args``)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    def time(self) -> float:
+        return self._loop.time()
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> None:
+        self._loop.call_at(when, callback)
+
+
+class _DiscardTokens:
+    """The health probe's sink: its token only has to exist."""
+
+    def deliver(self, request: SimRequest, tokens: int, finished: bool) -> None:
+        pass
+
+
+@dataclass(slots=True)
+class _RequestCounters:
+    """SGLang's tokenizer-side counters, per ``is_streaming`` label."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+
+
+class SimServer:
+    def __init__(self, config: SimConfig, loop: asyncio.AbstractEventLoop) -> None:
+        self.config = config
+        self.loop = loop
+        schedulers = [Scheduler(config.model, config.limits) for _ in range(config.dp_size)]
+        self.engine = Engine(schedulers, _LoopClock(loop), config.time_scale, config.decode_log_interval)
+        self.faults = FaultState(config.faults, config.seed)
+        self.info = ServingInfo(
+            context_length=config.context_length,
+            eos_token_id=config.profile.eos_token_id,
+            natural_output_tokens=config.profile.natural_output_tokens,
+            weight_version=config.weight_version,
+            default_include_usage=config.stream_response_default_include_usage,
+        )
+        self.startup_time = time.time()
+        self.started_at = loop.time()
+        self.loaded = False
+        self.requests_received = 0
+        self.counters = {"true": _RequestCounters(), "false": _RequestCounters()}
+        # Line-buffered so a crash (the crash-after fault) loses no finished request; closed on shutdown.
+        self.trace: IO[str] | None = None
+        if config.trace_path:
+            self.trace = open(config.trace_path, "a", buffering=1)  # noqa: SIM115
+        self.routes: dict[str, Route] = {
+            "/health": Route(("GET",), self.health),
+            "/health_generate": Route(("GET",), self.health),
+            "/generate": Route(("POST", "PUT"), self.generation_endpoint("generate")),
+            "/v1/completions": Route(("POST",), self.generation_endpoint("completions")),
+            "/v1/chat/completions": Route(("POST",), self.generation_endpoint("chat")),
+            "/server_info": Route(("GET",), self.server_info),
+            "/get_server_info": Route(("GET",), self.server_info),
+            "/model_info": Route(("GET",), self.model_info),
+            "/get_model_info": Route(("GET",), self.model_info),
+            "/v1/models": Route(("GET",), self.list_models),
+            "/flush_cache": Route(("GET", "POST"), self.flush_cache, admin_optional=True),
+        }
+        if config.enable_metrics:
+            self.routes["/metrics"] = Route(("GET",), self.metrics)
+
+    def finish_loading(self) -> None:
+        self.loaded = True
+        self.engine.start()
+
+    # --- routing and auth -------------------------------------------------------------------------------
+
+    async def handle(self, request: HttpRequest, exchange: HttpExchange) -> None:
+        route = self.routes.get(request.path)
+        if route is None and request.path.startswith("/v1/models/"):
+            route = Route(("GET",), self.retrieve_model)
+        # SGLang's API-key middleware runs before routing: an unknown path needs the key too.
+        refusal = self._auth_refusal(request, admin_optional=route is not None and route.admin_optional)
+        if refusal is not None:
+            exchange.respond(
+                refusal, compact_json({"error": "Unauthorized" if refusal == 401 else "Forbidden"})
+            )
+            return
+        if route is None:
+            exchange.respond(404, b'{"detail":"Not Found"}')
+            return
+        if request.method not in route.methods:
+            exchange.respond(405, b'{"detail":"Method Not Allowed"}')
+            return
+        await route.endpoint(request, exchange)
+
+    def _auth_refusal(self, request: HttpRequest, admin_optional: bool) -> int | None:
+        """SGLang's ``decide_request_auth``: the status to refuse with, or None to allow."""
+        path = request.path
+        if request.method == "OPTIONS" or path.startswith(("/health", "/ready", "/metrics")):
+            return None
+        key = self.config.api_key
+        if admin_optional and self.config.admin_api_key:
+            key = self.config.admin_api_key
+        if not key:
+            return None
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and secrets.compare_digest(token.encode(), key.encode()):
+            return None
+        return 401
+
+    # --- health -----------------------------------------------------------------------------------------
+
+    async def health(self, request: HttpRequest, exchange: HttpExchange) -> None:
+        slow_start_over = self.loop.time() >= self.started_at + self.config.faults.slow_start_s
+        if not (self.loaded and slow_start_over):
+            exchange.respond(503, content_type="text/plain")
+            return
+        output: asyncio.Future[None] = self.loop.create_future()
+
+        def produced() -> None:
+            if not output.done():
+                output.set_result(None)
+
+        self.engine.on_next_output(produced)
+        if not (self.engine.num_running or self.engine.num_waiting):
+            self.engine.submit(
+                SimRequest(prompt_tokens=1, output_limit=1, sink=_DiscardTokens(), counted=False)
+            )
+        try:
+            await asyncio.wait_for(output, HEALTH_CHECK_TIMEOUT_S)
+        except TimeoutError:
+            exchange.respond(503, content_type="text/plain")
+            return
+        exchange.respond(200, content_type="text/plain")
+
+    # --- generation -------------------------------------------------------------------------------------
+
+    def generation_endpoint(self, api: str) -> Endpoint:
+        async def endpoint(request: HttpRequest, exchange: HttpExchange) -> None:
+            try:
+                self._serve_generation(api, request, exchange)
+            except ApiError as error:
+                exchange.respond(error.status, compact_json(error.body))
+
+        return endpoint
+
+    def _serve_generation(self, api: str, request: HttpRequest, exchange: HttpExchange) -> None:
+        if api != "generate" and request.headers.get("content-type", "").split(";")[0].strip().lower() != (
+            "application/json"
+        ):
+            raise validation_error("Unsupported Media Type: Only 'application/json' is allowed")
+        try:
+            body = json.loads(request.body)
+        except ValueError as exc:
+            raise validation_error(f"JSON decode error: {exc}") from None
+        if not isinstance(body, dict):
+            raise validation_error("Input should be a valid dictionary or object to extract fields from")
+        action = self.faults.on_generation_request()
+        if action is FaultAction.CRASH:
+            print(
+                f"fairbench sim: fault crash-after={self.config.faults.crash_after}: crashing",
+                file=sys.stderr,
+            )
+            os._exit(1)
+        if action is FaultAction.HANG:
+            print(
+                f"fairbench sim: fault hang-after={self.config.faults.hang_after}: hanging", file=sys.stderr
+            )
+            self.engine.halt()
+        if action is FaultAction.HTTP_500:
+            raise openai_error(
+                "Internal server error: simulated fault http-500-rate", "InternalServerError", 500
+            )
+        generation = PARSERS[api](body, self.info)
+        writer_type = WRITERS[api]
+        try:
+            output_limit, ends_on_eos = plan_output(generation, self.info)
+        except ValueError as exc:
+            if api == "generate" and generation.stream:
+                exchange.start_stream()
+                exchange.end_stream(generate_stream_error(str(exc)))
+                return
+            if api == "generate":
+                raise ApiError(400, {"error": {"message": str(exc)}}) from None
+            raise openai_error(str(exc)) from None
+        self.requests_received += 1
+        writer = writer_type(
+            request=generation,
+            info=self.info,
+            exchange=exchange,
+            ends_on_eos=ends_on_eos,
+            vocabulary_offset=self.requests_received,  # responses differ from one another
+            hooks=StreamHooks(
+                malformed=self._malformed_hook(), finished=self._finished, record_times=self.trace is not None
+            ),
+        )
+        sim_request = SimRequest(
+            prompt_tokens=generation.prompt_tokens, output_limit=output_limit, sink=writer
+        )
+        exchange.on_disconnect = lambda: self.engine.abort(sim_request)
+        if generation.stream and writer.headers_before_first_token:
+            exchange.start_stream()
+        self.engine.submit(sim_request)
+
+    def _malformed_hook(self) -> Callable[[bytes], bytes] | None:
+        if self.config.faults.malformed_every is None:
+            return None
+
+        def maybe_break(event: bytes) -> bytes:
+            # Cut the JSON in the middle but keep the SSE line ending, as a truncated write would look.
+            return event[: len(event) // 2] + b"\n\n" if self.faults.next_event_is_malformed() else event
+
+        return maybe_break
+
+    def _finished(self, writer: ResponseWriter) -> None:
+        generation: GenerationRequest = writer.request
+        counters = self.counters["true" if generation.stream else "false"]
+        counters.requests += 1
+        counters.prompt_tokens += generation.prompt_tokens
+        counters.generation_tokens += writer.completion_tokens
+        if self.trace is not None:
+            record = {
+                "rid": generation.rid,
+                "api": generation.api,
+                "stream": generation.stream,
+                "prompt_tokens": generation.prompt_tokens,
+                "completion_tokens": writer.completion_tokens,
+                "received_ns": writer.received_ns,
+                "event_ns": writer.event_ns,
+                "event_tokens": writer.event_tokens,
+            }
+            self.trace.write(json.dumps(record, separators=(",", ":")) + "\n")
+
+    # --- information endpoints --------------------------------------------------------------------------
+
+    async def server_info(self, request: HttpRequest, exchange: HttpExchange) -> None:
+        exchange.respond(200, compact_json(self.server_info_body()))
+
+    def server_info_body(self) -> dict[str, Any]:
+        """``build_server_info`` + start-up time + per-DP internal states + version, plus the ``sim`` part."""
+        config = self.config
+        max_running_total = config.limits.max_running_requests * config.dp_size
+        internal_state = {
+            **config.effective_args,
+            "world_size": config.effective_args["tp_size"] * config.dp_size,
+            "startup_time": self.startup_time,
+            "effective_max_running_requests_per_dp": config.limits.max_running_requests,
+            "last_gen_throughput": self.engine.gen_throughput,
+        }
+        return {
+            **config.effective_args,
+            "launch_command": config.launch_command,
+            "status": "ready" if self.loaded else "starting",
+            # The model never runs out of KV cache: capacity for every running request at full context.
+            "max_total_num_tokens": max_running_total * config.context_length,
+            "max_req_input_len": config.context_length - 1,
+            "startup_time": self.startup_time,
+            "kv_events": None,
+            "internal_states": [internal_state for _ in range(config.dp_size)],
+            "version": sglang_version(),
+            "frontend": "python",
+            "sim": self.sim_description(),
+        }
+
+    def sim_description(self) -> dict[str, Any]:
+        config = self.config
+        model = config.model
+        modelled = sorted(
+            next(flag for flag in option["option_strings"] if flag.startswith("--"))
+            for option in flag_table()["options"]
+            if option["dest"] in MODELLED_FIELDS
+        )
+        return {
+            "profile": config.profile.name,
+            "profile_description": config.profile.description,
+            "layout": model.layout,
+            "performance_model": {
+                "t0_ms": model.cost.t0_s * 1000,
+                "k_ms": model.cost.k_s * 1000,
+                "prefill_tokens_per_s": model.cost.prefill_tokens_per_s,
+                "prefill_forward_ms": model.cost.prefill_forward_s * 1000,
+                "decode_cuda_graph_max_bs": model.cuda_graph_max_bs,
+                "eager_extra_ms": model.eager_extra_s * 1000,
+                "tokens_per_step": model.tokens_per_step,
+                "speculation": asdict(model.speculation) if model.speculation else None,
+            },
+            "scheduler": {**asdict(config.limits), "dp_size": config.dp_size},
+            "time_scale": config.time_scale,
+            "load_seconds": config.load_seconds,
+            "faults": config.faults.describe(),
+            "modelled_flags": modelled,
+            "not_modelled_flags": config.not_modelled,
+        }
+
+    async def model_info(self, request: HttpRequest, exchange: HttpExchange) -> None:
+        config = self.config
+        body = {
+            "model_path": config.model_path,
+            "served_model_name": config.served_model_name,
+            "tokenizer_path": config.effective_args["tokenizer_path"] or config.model_path,
+            "is_generation": True,
+            "preferred_sampling_params": config.effective_args["preferred_sampling_params"],
+            "weight_version": config.weight_version,
+            "load_format": config.effective_args["load_format"],
+            "reasoning_parser": config.effective_args["reasoning_parser"],
+            "tool_call_parser": config.effective_args["tool_call_parser"],
+            "disaggregation_mode": config.effective_args["disaggregation_mode"],
+            "has_image_understanding": False,
+            "has_audio_understanding": False,
+            # There is no checkpoint config to read these from.
+            "model_type": None,
+            "architectures": None,
+        }
+        exchange.respond(200, compact_json(body))
+
+    def _model_card(self, name: str) -> dict[str, Any]:
+        return {
+            "id": name,
+            "object": "model",
+            "created": int(time.time()),
+            "owned_by": "sglang",
+            "root": name,
+            "parent": None,
+            "max_model_len": self.config.context_length,
+        }
+
+    async def list_models(self, request: HttpRequest, exchange: HttpExchange) -> None:
+        body = {"object": "list", "data": [self._model_card(self.config.served_model_name)]}
+        exchange.respond(200, compact_json(body))
+
+    async def retrieve_model(self, request: HttpRequest, exchange: HttpExchange) -> None:
+        name = request.path.removeprefix("/v1/models/")
+        if name != self.config.served_model_name:
+            error = {
+                "message": f"The model '{name}' does not exist",
+                "type": "invalid_request_error",
+                "param": "model",
+                "code": "model_not_found",
+            }
+            exchange.respond(404, compact_json({"error": error}))
+            return
+        exchange.respond(200, compact_json(self._model_card(name)))
+
+    async def flush_cache(self, request: HttpRequest, exchange: HttpExchange) -> None:
+        if self.engine.num_running or self.engine.num_waiting:
+            exchange.respond(400, b"Flush cache failed.\n", "text/plain; charset=utf-8")
+            return
+        exchange.respond(200, FLUSH_CACHE_DONE, "text/plain; charset=utf-8")
+
+    # --- metrics ----------------------------------------------------------------------------------------
+
+    async def metrics(self, request: HttpRequest, exchange: HttpExchange) -> None:
+        exchange.respond(200, self.metrics_text().encode(), "text/plain; version=0.0.4; charset=utf-8")
+
+    def metrics_text(self) -> str:
+        """A few of SGLang's Prometheus metrics under its names, plus the simulator's own schedule lag."""
+        model_label = json.dumps(self.config.served_model_name)
+        scheduler_labels = (
+            f'model_name={model_label},engine_type="unified",tp_rank="0",pp_rank="0",moe_ep_rank="0"'
+        )
+        engine = self.engine
+        lines: list[str] = []
+
+        def family(name: str, kind: str, help_text: str, samples: list[tuple[str, str, float]]) -> None:
+            lines.extend((f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"))
+            lines.extend(f"{sample}{{{labels}}} {float(value)}" for sample, labels, value in samples)
+
+        def gauge(name: str, help_text: str, value: float, labels: str = scheduler_labels) -> None:
+            family(name, "gauge", help_text, [(name, labels, value)])
+
+        def counter(name: str, help_text: str, field: str) -> None:
+            family(
+                name,
+                "counter",
+                help_text,
+                [
+                    (
+                        f"{name}_total",
+                        f'model_name={model_label},engine_type="unified",is_streaming="{streaming}"',
+                        getattr(counters, field),
+                    )
+                    for streaming, counters in self.counters.items()
+                ],
+            )
+
+        gauge("sglang:num_running_reqs", "The number of running requests.", engine.num_running)
+        gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", engine.num_waiting)
+        gauge("sglang:gen_throughput", "The generation throughput (token/s).", engine.gen_throughput)
+        counter("sglang:prompt_tokens", "Number of prefill tokens processed.", "prompt_tokens")
+        counter("sglang:generation_tokens", "Number of generation tokens processed.", "generation_tokens")
+        counter("sglang:num_requests", "Number of requests processed.", "requests")
+        sim_labels = f"model_name={model_label}"
+        lag = engine.lag
+        gauge(
+            "fairbench_sim_schedule_lag_max_seconds",
+            "Largest delay of a round's end past its modelled time (the simulator's own lateness).",
+            lag.max_s,
+            sim_labels,
+        )
+        gauge(
+            "fairbench_sim_schedule_lag_mean_seconds", "Mean delay of a round's end.", lag.mean_s, sim_labels
+        )
+        family(
+            "fairbench_sim_rounds",
+            "counter",
+            "Prefill forwards and decode rounds completed.",
+            [("fairbench_sim_rounds_total", sim_labels, lag.rounds)],
+        )
+        return "\n".join(lines) + "\n"
+
+
+async def serve_forever(config: SimConfig) -> int:
+    """Listen, load for ``--sim-load-seconds``, serve until SIGINT or SIGTERM; returns the exit status."""
+    loop = asyncio.get_running_loop()
+    server = SimServer(config, loop)
+    try:
+        listener = await serve(server.handle, config.host, config.port)
+    except OSError as exc:
+        print(f"fairbench sim: cannot listen on {config.host}:{config.port}: {exc.strerror}", file=sys.stderr)
+        return 1
+    stop = asyncio.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    print(
+        f"fairbench sim: SGLang {sglang_version()} simulator, profile {config.profile.name}, "
+        f"layout {config.model.layout}, Uvicorn running on http://{config.host}:{config.port}",
+        file=sys.stderr,
+        flush=True,
+    )
+    loop.call_later(config.load_seconds, _announce_loaded, server)
+    await stop.wait()
+    listener.close()
+    if server.trace is not None:
+        server.trace.close()
+    return 0
+
+
+def _announce_loaded(server: SimServer) -> None:
+    server.finish_loading()
+    print("fairbench sim: The server is fired up and ready to roll!", file=sys.stderr, flush=True)

@@ -1,0 +1,584 @@
+"""``fairbench sim`` as a real process on loopback, checked with a small raw aiohttp client.
+
+The client here is written against SGLang's formats directly; it shares nothing with the simulator
+or with fairbench's own client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+
+from fairbench.sim.args import flag_table
+from fairbench.sim.model import load_profile
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Sim:
+    url: str
+    process: subprocess.Popen[bytes]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def sim_command(*flags: str) -> list[str]:
+    return [sys.executable, "-m", "fairbench", "sim", "--model-path", "sim/test-model", *flags]
+
+
+@contextmanager
+def running_sim(*flags: str, env: dict[str, str] | None = None) -> Iterator[Sim]:
+    """The simulator on a free loopback port, listening; stopped (and reaped) afterwards."""
+    port = free_port()
+    process = subprocess.Popen(
+        sim_command("--host", "127.0.0.1", "--port", str(port), *flags),
+        cwd=REPO,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **(env or {})},
+    )
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert process.poll() is None, process.stderr.read().decode() if process.stderr else ""
+                assert time.monotonic() < deadline, "the simulator did not start listening"
+                time.sleep(0.02)
+        yield Sim(f"http://127.0.0.1:{port}", process)
+    finally:
+        if process.poll() is None:
+            process.terminate()
+        process.wait(timeout=10)
+        if process.stderr is not None:
+            process.stderr.close()
+
+
+@dataclass
+class Streamed:
+    """One streamed response as the client saw it."""
+
+    status: int
+    sent_ns: int
+    events: list[Any] = field(default_factory=list)
+    """Each ``data:`` payload parsed as JSON (``"[DONE]"`` as that string, a broken line as raw text)."""
+    arrival_ns: list[int] = field(default_factory=list)
+
+
+@asynccontextmanager
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as client:
+        yield client
+
+
+async def stream(client: aiohttp.ClientSession, url: str, body: dict[str, Any], **headers: str) -> Streamed:
+    sent = time.perf_counter_ns()
+    async with client.post(url, json=body, headers=headers) as response:
+        result = Streamed(response.status, sent)
+        async for line in response.content:
+            if not line.startswith(b"data: "):
+                continue
+            payload = line[6:].strip().decode()
+            result.arrival_ns.append(time.perf_counter_ns())
+            try:
+                result.events.append(json.loads(payload))
+            except ValueError:
+                result.events.append(payload)
+        return result
+
+
+async def get(client: aiohttp.ClientSession, url: str, **headers: str) -> tuple[int, bytes]:
+    async with client.get(url, headers=headers) as response:
+        return response.status, await response.read()
+
+
+def completion_body(**extra: Any) -> dict[str, Any]:
+    return {"prompt": list(range(12)), "max_tokens": 5, "ignore_eos": True, "stream": True, **extra}
+
+
+USAGE_KEYS = [
+    *("prompt_tokens", "total_tokens", "completion_tokens"),
+    *("prompt_tokens_details", "reasoning_tokens", "completion_tokens_details"),
+]
+
+
+@pytest.fixture(scope="module")
+def generic_sim() -> Iterator[Sim]:
+    with running_sim("--enable-metrics", "--mem-fraction-static", "0.88", "--trust-remote-code") as sim:
+        yield sim
+
+
+# --- command line -----------------------------------------------------------------------------------------
+
+
+def test_an_unknown_flag_is_rejected_as_sglang_rejects_it() -> None:
+    result = subprocess.run(
+        sim_command("--tp-size", "8", "--enable-magic"), cwd=REPO, capture_output=True, check=False
+    )
+    assert result.returncode == 2
+    assert (
+        result.stderr.decode().splitlines()[-1]
+        == "fairbench sim: error: unrecognized arguments: --enable-magic"
+    )
+
+
+def test_a_campaigns_sglang_flags_are_accepted_and_predict_prints_the_sweep() -> None:
+    flags = [
+        *("--trust-remote-code", "--mem-fraction-static", "0.88", "--max-running-requests", "4"),
+        *("--num-continuous-decode-steps", "8", "--attention-backend", "triton", "--tp-size", "8"),
+    ]
+    result = subprocess.run(
+        sim_command(*flags, "--sim-predict", "64,16"), cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert [line.split()[0] for line in result.stdout.splitlines()[2:5]] == ["1", "2", "4"]
+    assert result.stdout.splitlines()[-1].startswith("peak ")
+
+
+# --- formats ----------------------------------------------------------------------------------------------
+
+
+def test_completions_stream_carries_cumulative_usage_and_a_final_usage_chunk(generic_sim: Sim) -> None:
+    options = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+
+    async def scenario() -> Streamed:
+        async with session() as client:
+            return await stream(client, f"{generic_sim.url}/v1/completions", completion_body(**options))
+
+    result = asyncio.run(scenario())
+    assert result.status == 200
+    *chunks, usage_chunk, done = result.events
+    assert done == "[DONE]"
+    assert [chunk["usage"]["completion_tokens"] for chunk in chunks] == [1, 2, 3, 4, 5]
+    for chunk in chunks:
+        assert list(chunk) == ["id", "object", "created", "model", "choices", "usage"]
+        assert chunk["object"] == "text_completion" and chunk["id"] == chunks[0]["id"]
+        assert list(chunk["usage"]) == USAGE_KEYS
+        assert chunk["usage"]["prompt_tokens"] == 12
+        assert chunk["choices"][0]["text"].startswith(" ")
+    assert [chunk["choices"][0]["finish_reason"] for chunk in chunks] == [None] * 4 + ["length"]
+    assert usage_chunk["choices"] == []
+    assert usage_chunk["usage"] == {
+        "prompt_tokens": 12,
+        "total_tokens": 17,
+        "completion_tokens": 5,
+        "reasoning_tokens": 0,
+    }
+
+
+def test_chat_stream_sends_role_content_finish_and_usage_chunks(generic_sim: Sim) -> None:
+    body = {
+        "messages": [{"role": "user", "content": "four words of prompt"}],
+        "max_tokens": 3,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+
+    async def scenario() -> Streamed:
+        async with session() as client:
+            return await stream(client, f"{generic_sim.url}/v1/chat/completions", body)
+
+    role, *content, finish, usage, done = asyncio.run(scenario()).events
+    assert role["choices"][0]["delta"] == {"reasoning_content": None, "role": "assistant", "content": ""}
+    assert [len(chunk["choices"][0]["delta"]["content"].split()) for chunk in content] == [1, 1, 1]
+    assert all("usage" not in chunk for chunk in content)
+    assert finish["choices"][0] == {
+        "index": 0,
+        "delta": {"reasoning_content": None},
+        "logprobs": None,
+        "finish_reason": "length",
+        "matched_stop": None,
+    }
+    assert usage["object"] == "chat.completion.chunk" and usage["choices"] == []
+    assert (usage["usage"]["prompt_tokens"], usage["usage"]["completion_tokens"]) == (4, 3)
+    assert done == "[DONE]"
+
+
+def test_generate_stream_has_cumulative_text_ids_and_meta_info(generic_sim: Sim) -> None:
+    body = {
+        "input_ids": [5] * 7,
+        "sampling_params": {"max_new_tokens": 4, "ignore_eos": True},
+        "stream": True,
+    }
+
+    async def scenario() -> Streamed:
+        async with session() as client:
+            return await stream(client, f"{generic_sim.url}/generate", body)
+
+    *outputs, done = asyncio.run(scenario()).events
+    assert done == "[DONE]"
+    assert [len(output["output_ids"]) for output in outputs] == [1, 2, 3, 4]
+    assert [len(output["text"].split()) for output in outputs] == [1, 2, 3, 4]
+    assert outputs[-1]["text"].startswith(outputs[0]["text"])
+    meta = outputs[-1]["meta_info"]
+    assert list(meta) == [
+        *("id", "finish_reason", "prompt_tokens", "weight_version", "num_retractions", "reasoning_tokens"),
+        *("completion_tokens", "cached_tokens", "e2e_latency"),
+    ]
+    assert meta["finish_reason"] == {"type": "length", "length": 4}
+    assert (meta["prompt_tokens"], meta["completion_tokens"]) == (7, 4)
+    assert outputs[0]["meta_info"]["finish_reason"] is None and "e2e_latency" not in outputs[0]["meta_info"]
+
+
+def test_non_streaming_responses_and_the_simulated_eos(generic_sim: Sim) -> None:
+    async def scenario() -> list[dict[str, Any]]:
+        async with session() as client:
+            replies = []
+            for path, body in [
+                ("/generate", {"text": "a b c", "sampling_params": {"max_new_tokens": 3}}),
+                ("/v1/completions", {"prompt": "a b", "max_tokens": 2}),
+                ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+            ]:
+                async with client.post(generic_sim.url + path, json=body) as response:
+                    assert response.status == 200
+                    replies.append(await response.json())
+            return replies
+
+    generated, completion, chat = asyncio.run(scenario())
+    assert generated["meta_info"]["finish_reason"] == {"type": "length", "length": 3}
+    assert len(generated["output_ids"]) == 3 and len(generated["text"].split()) == 3
+    assert completion["object"] == "text_completion" and completion["metadata"] == {
+        "weight_version": "default"
+    }
+    assert (
+        completion["usage"]["completion_tokens"] == 2
+        and completion["choices"][0]["finish_reason"] == "length"
+    )
+    # No max_tokens and no ignore_eos: the generic profile's model "meets EOS" after 256 tokens.
+    assert chat["choices"][0]["finish_reason"] == "stop" and chat["choices"][0]["matched_stop"] == 2
+    assert chat["usage"]["completion_tokens"] == 256 and chat["choices"][0]["message"]["role"] == "assistant"
+
+
+def test_requests_beyond_the_context_length_are_refused_as_sglang_refuses_them(generic_sim: Sim) -> None:
+    too_long = {"max_tokens": 40000}
+
+    async def scenario() -> tuple[int, dict[str, Any], Streamed]:
+        async with session() as client:
+            async with client.post(
+                f"{generic_sim.url}/v1/completions", json=completion_body(**too_long)
+            ) as reply:
+                status, body = reply.status, await reply.json()
+            generate = {"input_ids": [1], "sampling_params": {"max_new_tokens": 40000}, "stream": True}
+            return status, body, await stream(client, f"{generic_sim.url}/generate", generate)
+
+    status, body, generated = asyncio.run(scenario())
+    assert status == 400
+    assert body["object"] == "error" and body["code"] == 400 and body["type"] == "BadRequestError"
+    assert body["message"].startswith(
+        "Requested token count exceeds the model's maximum context length of 32768"
+    )
+    # /generate has already started its stream: the error arrives as an event, then [DONE].
+    assert generated.status == 200
+    assert generated.events[0]["error"]["code"] == 400 and generated.events[1] == "[DONE]"
+
+
+def test_server_info_lists_every_argument_and_the_flags_not_modelled(generic_sim: Sim) -> None:
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
+        async with session() as client:
+            _, info = await get(client, f"{generic_sim.url}/server_info")
+            _, deprecated = await get(client, f"{generic_sim.url}/get_server_info")
+            return json.loads(info), json.loads(deprecated)
+
+    info, deprecated = asyncio.run(scenario())
+    assert set(flag_table()["fields"]) <= set(info)
+    assert info["mem_fraction_static"] == 0.88 and info["max_running_requests"] == 256
+    assert info["version"] == "0.5.23" and info["internal_states"][0]["tp_size"] == 1
+    assert info["sim"]["not_modelled_flags"] == ["--trust-remote-code", "--mem-fraction-static"]
+    assert "--num-continuous-decode-steps" in info["sim"]["modelled_flags"]
+    assert info["sim"]["performance_model"]["t0_ms"] == 2.0
+    assert deprecated.keys() == info.keys()
+
+
+def test_model_endpoints_flush_cache_and_metrics(generic_sim: Sim) -> None:
+    async def scenario() -> dict[str, tuple[int, bytes]]:
+        async with session() as client:
+            paths = [
+                *("/v1/models", "/v1/models/sim/test-model", "/v1/models/other", "/model_info"),
+                *("/flush_cache", "/metrics", "/no/such/route"),
+            ]
+            return {path: await get(client, generic_sim.url + path) for path in paths}
+
+    replies = asyncio.run(scenario())
+    models = json.loads(replies["/v1/models"][1])
+    assert models["data"][0]["id"] == "sim/test-model" and models["data"][0]["owned_by"] == "sglang"
+    assert json.loads(replies["/v1/models/sim/test-model"][1])["max_model_len"] == 32768
+    assert replies["/v1/models/other"][0] == 404
+    assert json.loads(replies["/v1/models/other"][1])["error"]["code"] == "model_not_found"
+    assert json.loads(replies["/model_info"][1])["served_model_name"] == "sim/test-model"
+    assert replies["/flush_cache"] == (200, replies["/flush_cache"][1])
+    assert replies["/flush_cache"][1].startswith(b"Cache flushed.")
+    metrics = replies["/metrics"][1].decode()
+    assert 'sglang:num_running_reqs{model_name="sim/test-model",engine_type="unified"' in metrics
+    assert (
+        "sglang:generation_tokens_total{" in metrics and "fairbench_sim_schedule_lag_max_seconds{" in metrics
+    )
+    assert replies["/no/such/route"][0] == 404
+
+
+def test_metrics_exist_only_with_enable_metrics_and_the_api_key_guards_all_but_health() -> None:
+    with running_sim("--api-key", "sekret") as sim:
+
+        async def scenario() -> list[int]:
+            async with session() as client:
+                unauthorized = await stream(client, f"{sim.url}/v1/completions", completion_body())
+                authorized = await stream(
+                    client, f"{sim.url}/v1/completions", completion_body(), Authorization="Bearer sekret"
+                )
+                health, _ = await get(client, f"{sim.url}/health")
+                metrics, _ = await get(client, f"{sim.url}/metrics", Authorization="Bearer sekret")
+                info, body = await get(client, f"{sim.url}/server_info")
+                assert json.loads(body) == {"error": "Unauthorized"}
+                unknown, _ = await get(client, f"{sim.url}/no/such/route")
+                return [unauthorized.status, authorized.status, health, metrics, info, unknown]
+
+        assert asyncio.run(scenario()) == [401, 200, 200, 404, 401, 401]
+
+
+# --- timing -----------------------------------------------------------------------------------------------
+
+
+def slow_profile(tmp_path: Path) -> str:
+    """Steps long enough to measure over loopback: t(b) = 30 ms + 10 ms * b, prefill 20 ms + 1 ms/token."""
+    profile = yaml.safe_load(REPO.joinpath("bench/fairbench/sim/profiles/generic.yaml").read_text())
+    profile["layouts"] = {
+        "default": {"t0_ms": 30, "k_ms": 10, "prefill_tokens_per_s": 1000, "prefill_forward_ms": 20}
+    }
+    path = tmp_path / "slow.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    return str(path)
+
+
+def test_continuous_batching_timing_follows_the_model_and_the_trace_records_send_times(
+    tmp_path: Path,
+) -> None:
+    trace = tmp_path / "trace.jsonl"
+    # The requests are sent while the model "loads", so all three are queued when the engine starts.
+    flags = [
+        *("--sim-profile", slow_profile(tmp_path), "--max-running-requests", "2"),
+        *("--num-continuous-decode-steps", "2", "--sim-trace", str(trace), "--sim-load-seconds", "0.5"),
+    ]
+    body = completion_body(prompt=list(range(10)), max_tokens=5)
+    with running_sim(*flags) as sim:
+
+        async def scenario() -> list[Streamed]:
+            async with session() as client:
+                return await asyncio.gather(
+                    *(stream(client, f"{sim.url}/v1/completions", body) for _ in range(3))
+                )
+
+        results = asyncio.run(scenario())
+    prefill_one = 0.020 + 0.010
+    round_two, round_one = 2 * 0.050, 2 * 0.040  # two steps at b = 2 and at b = 1
+    # Two run together: first token from their shared prefill, then 2 + 2 tokens in two rounds. The third
+    # waits for a slot, is prefilled when they finish and runs alone. Times are from the pair's first token.
+    pair_done = 2 * round_two
+    expected = [
+        [0.0, round_two, pair_done],
+        [0.0, round_two, pair_done],
+        [
+            pair_done + prefill_one,
+            pair_done + prefill_one + round_one,
+            pair_done + prefill_one + 2 * round_one,
+        ],
+    ]
+    first_token = min(result.arrival_ns[0] for result in results)
+    observed = sorted([(ns - first_token) / 1e9 for ns in result.arrival_ns[:-1]] for result in results)
+    for seen, wanted in zip(observed, expected, strict=True):
+        assert seen == pytest.approx(wanted, abs=0.015)
+    tokens = [[event["choices"][0]["text"].count(" ") for event in result.events[:-1]] for result in results]
+    assert tokens == [[1, 2, 2]] * 3
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert [record["event_tokens"] for record in records] == [[1, 2, 2]] * 3
+    # The server's send times and the client's arrival times share the host's monotonic clock.
+    arrivals = sorted(ns for result in results for ns in result.arrival_ns[:-1])
+    sends = sorted(ns for record in records for ns in record["event_ns"])
+    assert all(0 <= arrival - send < 10_000_000 for arrival, send in zip(arrivals, sends, strict=True))
+
+
+def test_the_k26_profile_keeps_its_modelled_times_in_real_time() -> None:
+    """TP8, output 64, four times faster: 32 requests queued while loading, then one at a time.
+
+    Queueing them during loading makes all 32 arrive "at once", as the model's closed loop assumes; a
+    client that sends them one after another spreads their arrival and the first prefill starts early.
+    """
+    scale = 0.25
+    tp8 = load_profile("kimi-k2.6-8xpro6000").layouts["tp8"]
+
+    def step(batch: int) -> float:
+        return tp8.t0_s + tp8.k_s * batch
+
+    def prefill(requests: int) -> float:
+        return tp8.prefill_forward_s + requests * 1024 / tp8.prefill_tokens_per_s
+
+    flags = [
+        *("--sim-profile", "kimi-k2.6-8xpro6000", "--tp-size", "8", "--max-running-requests", "256"),
+        *("--num-continuous-decode-steps", "8", "--sim-time-scale", str(scale), "--sim-load-seconds", "1"),
+    ]
+    body = completion_body(prompt=list(range(1024)), max_tokens=64)
+    with running_sim(*flags) as sim:
+
+        async def scenario() -> tuple[list[Streamed], list[Streamed]]:
+            async with session() as client:
+                url = f"{sim.url}/v1/completions"
+                queued = await asyncio.gather(*(stream(client, url, body) for _ in range(32)))
+                return queued, [await stream(client, url, body) for _ in range(3)]
+
+        queued, one_by_one = asyncio.run(scenario())
+    # 32 x 1024 tokens are four 8192-token prefill forwards; then 64 tokens in 8 rounds of 8 steps at b = 32.
+    first_tokens = sorted(result.arrival_ns[0] for result in queued)
+    gaps = [(first_tokens[i + 8] - first_tokens[i]) / 1e9 for i in range(0, 24, 8)]
+    assert gaps == pytest.approx([prefill(8) * scale] * 3, abs=0.015)
+    wave_after_first_token = (max(result.arrival_ns[-1] for result in queued) - first_tokens[0]) / 1e9
+    assert wave_after_first_token == pytest.approx((3 * prefill(8) + 64 * step(32)) * scale, rel=0.02)
+    # Alone, with what the client adds to send a request and read its events (a few ms on loopback).
+    for result in one_by_one:
+        latency = (result.arrival_ns[-1] - result.sent_ns) / 1e9
+        assert latency == pytest.approx((prefill(1) + 64 * step(1)) * scale, rel=0.05)
+
+
+# --- start-up, disconnects and faults ---------------------------------------------------------------------
+
+
+def test_health_is_503_while_loading_and_requests_wait_for_the_model() -> None:
+    with running_sim("--sim-load-seconds", "1") as sim:
+
+        async def scenario() -> tuple[list[int], float, int]:
+            async with session() as client:
+                loading = [
+                    (await get(client, f"{sim.url}{path}"))[0] for path in ("/health", "/health_generate")
+                ]
+                started = time.perf_counter()
+                result = await stream(client, f"{sim.url}/v1/completions", completion_body())
+                waited = time.perf_counter() - started
+                assert result.events[-1] == "[DONE]"
+                return loading, waited, (await get(client, f"{sim.url}/health_generate"))[0]
+
+        loading, waited, loaded = asyncio.run(scenario())
+    assert loading == [503, 503]
+    assert 0.7 < waited < 1.5
+    assert loaded == 200
+
+
+def test_slow_start_keeps_health_503_while_requests_are_already_served() -> None:
+    with running_sim("--sim-fault", "slow-start=1") as sim:
+
+        async def scenario() -> tuple[int, int, int]:
+            async with session() as client:
+                early, _ = await get(client, f"{sim.url}/health")
+                served = await stream(client, f"{sim.url}/v1/completions", completion_body())
+                await asyncio.sleep(1)
+                return early, served.status, (await get(client, f"{sim.url}/health"))[0]
+
+        assert asyncio.run(scenario()) == (503, 200, 200)
+
+
+def test_crash_after_n_serves_n_requests_then_the_process_dies_with_a_failure_status() -> None:
+    with running_sim("--sim-fault", "crash-after=2") as sim:
+
+        async def scenario() -> None:
+            async with session() as client:
+                for _ in range(2):
+                    assert (
+                        await stream(client, f"{sim.url}/v1/completions", completion_body())
+                    ).status == 200
+                with pytest.raises(aiohttp.ClientError):
+                    await stream(client, f"{sim.url}/v1/completions", completion_body())
+
+        asyncio.run(scenario())
+        assert sim.process.wait(timeout=5) == 1
+
+
+def test_hang_after_n_keeps_connections_open_without_tokens_and_fails_the_health_check() -> None:
+    with running_sim("--sim-fault", "hang-after=1", env={"SGLANG_HEALTH_CHECK_TIMEOUT": "1"}) as sim:
+        body = {
+            "input_ids": [1, 2],
+            "sampling_params": {"max_new_tokens": 5, "ignore_eos": True},
+            "stream": True,
+        }
+
+        async def scenario() -> tuple[int, int, float]:
+            async with session() as client:
+                assert (await stream(client, f"{sim.url}/generate", body)).events[-1] == "[DONE]"
+                async with client.post(f"{sim.url}/generate", json=body) as hung:
+                    with pytest.raises(TimeoutError):
+                        await asyncio.wait_for(hung.content.readline(), timeout=0.5)
+                    started = time.perf_counter()
+                    health, _ = await get(client, f"{sim.url}/health_generate")
+                    return hung.status, health, time.perf_counter() - started
+
+        hung_status, health, health_took = asyncio.run(scenario())
+        assert sim.process.poll() is None
+    assert (hung_status, health) == (200, 503)
+    assert 0.9 < health_took < 2
+
+
+def test_http_500_rate_answers_with_sglangs_internal_error_body() -> None:
+    with running_sim("--sim-fault", "http-500-rate=1") as sim:
+
+        async def scenario() -> tuple[int, dict[str, Any], int]:
+            async with session() as client:
+                async with client.post(f"{sim.url}/v1/completions", json=completion_body()) as reply:
+                    status, body = reply.status, await reply.json()
+                return status, body, (await get(client, f"{sim.url}/health"))[0]
+
+        status, body, health = asyncio.run(scenario())
+    assert status == 500 and health == 200
+    assert body == {
+        "object": "error",
+        "message": "Internal server error: simulated fault http-500-rate",
+        "type": "InternalServerError",
+        "param": None,
+        "code": 500,
+    }
+
+
+def test_malformed_every_n_breaks_every_nth_streamed_event() -> None:
+    with running_sim("--sim-fault", "malformed-every=3") as sim:
+
+        async def scenario() -> Streamed:
+            async with session() as client:
+                return await stream(client, f"{sim.url}/v1/completions", completion_body())
+
+        events = asyncio.run(scenario()).events
+    assert [isinstance(event, dict) for event in events[:5]] == [True, True, False, True, True]
+    assert isinstance(events[2], str) and events[2].startswith('{"id":')
+    assert events[-1] == "[DONE]"
+
+
+def test_a_client_that_goes_away_leaves_the_batch() -> None:
+    with running_sim("--enable-metrics") as sim:
+
+        async def scenario() -> str:
+            async with session() as client:
+                async with client.post(
+                    f"{sim.url}/v1/completions", json=completion_body(max_tokens=5000)
+                ) as reply:
+                    await reply.content.readline()
+                    _, metrics = await get(client, f"{sim.url}/metrics")
+                    assert b"sglang:num_running_reqs{" in metrics and b"} 1.0" in metrics
+                await asyncio.sleep(0.1)
+                return (await get(client, f"{sim.url}/metrics"))[1].decode()
+
+        metrics = asyncio.run(scenario())
+    running = next(line for line in metrics.splitlines() if line.startswith("sglang:num_running_reqs{"))
+    assert running.endswith("} 0.0")

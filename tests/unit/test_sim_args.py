@@ -1,0 +1,208 @@
+"""The simulator's command line: SGLang's flags exactly, resolved the way SGLang resolves them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+import pytest
+
+from fairbench.sim.args import (
+    CONVERTERS,
+    ConfigError,
+    SimConfig,
+    add_sglang_arguments,
+    add_sim_arguments,
+    flag_table,
+    human_readable_int,
+    resolve,
+)
+from fairbench.sim.model import mean_accept_length
+
+
+def parser() -> argparse.ArgumentParser:
+    built = argparse.ArgumentParser(prog="fairbench sim")
+    add_sglang_arguments(built)
+    add_sim_arguments(built)
+    return built
+
+
+def config(*flags: str) -> SimConfig:
+    return resolve(parser().parse_args(["--model-path", "org/model", *flags]))
+
+
+def sample_value(option: dict[str, Any]) -> tuple[list[str], Any]:
+    """Command-line words giving ``option`` a valid value, and the value argparse should store."""
+    if option["choices"]:
+        choice = option["choices"][-1]
+        return [str(choice)], [choice] if option["nargs"] in ("+", "*") else choice
+    samples = {
+        "int": ("7", 7),
+        "float": ("0.5", 0.5),
+        "loads": ('{"a": 1}', {"a": 1}),
+        "json_list_type": ("[1, 2]", [1, 2]),
+        "human_readable_int": ("2k", 2000),
+        "parse_cuda_graph_config_arg": ('{"decode": {"max_bs": 8}}', {"decode": {"max_bs": 8}}),
+    }
+    word, value = samples.get(option["type"], ("some-value", "some-value"))
+    return [word], [value] if option["nargs"] in ("+", "*") else value
+
+
+def test_the_flag_table_comes_from_sglang_0_5_23_and_uses_only_known_converters() -> None:
+    table = flag_table()
+    assert table["sglang_version"] == "0.5.23"
+    assert len(table["options"]) > 500
+    assert {option["type"] for option in table["options"]} - {None} <= set(CONVERTERS)
+    assert "model_path" in table["fields"] and "stat_loggers" in table["fields"]  # a field with no flag
+
+
+def test_every_sglang_flag_is_accepted_with_a_value_of_its_kind() -> None:
+    built = parser()
+    for option in flag_table()["options"]:
+        flag = option["option_strings"][-1]
+        base = [] if option["dest"] == "model_path" else ["--model-path", "m"]
+        if option["action"] in ("store", "store_const_value"):
+            words, expected = sample_value(option)
+            if option["action"] == "store_const_value":
+                expected = option["const"]
+            parsed = built.parse_args([*base, flag, *words])
+        elif option["action"] == "boolean_optional":
+            parsed = built.parse_args([*base, flag])
+            expected = flag.startswith("--") and not flag.startswith("--no-")
+        else:
+            parsed = built.parse_args([*base, flag])
+            expected = True
+        assert getattr(parsed, option["dest"]) == expected, flag
+
+
+def test_an_unknown_flag_is_rejected_with_argparses_message(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        parser().parse_args(["--model-path", "m", "--tp-sise", "8"])
+    assert exit_info.value.code == 2
+    assert (
+        capsys.readouterr().err.splitlines()[-1]
+        == "fairbench sim: error: unrecognized arguments: --tp-sise 8"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--tokenizer-mode", "fast"],
+            "argument --tokenizer-mode: invalid choice: 'fast' (choose from 'auto', 'slow')",
+        ),
+        (["--tp-size", "eight"], "argument --tp-size/--tensor-parallel-size: invalid int value: 'eight'"),
+        (["--context-length", "1.5Ki"], "Decimals are not allowed with IEC suffixes like 'Ki'."),
+        (["--cuda-graph-backend-decode", "tc_piecewise"], "tc_piecewise was removed"),
+        (["--cuda-graph-config", '{"decode": {"size": 1}}'], "unknown key 'size', expected one of"),
+        (["--sim-fault", "explode-after=3"], "unknown fault 'explode-after'"),
+    ],
+)
+def test_a_bad_value_is_rejected_naming_the_flag(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        parser().parse_args(["--model-path", "m", *argv])
+    assert message in capsys.readouterr().err
+
+
+def test_model_path_is_required(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parser().parse_args([])
+    assert "the following arguments are required: --model-path/--model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "value"), [("512", 512), ("1k", 1000), ("25.6k", 25600), ("1Ki", 1024), ("2Mi", 2 * 1024 * 1024)]
+)
+def test_human_readable_int_reads_si_and_iec_suffixes(text: str, value: int) -> None:
+    assert human_readable_int(text) == value
+
+
+@pytest.mark.parametrize(
+    ("flags", "layout"),
+    [
+        ([], "tp8"),
+        (["--ep-size", "4"], "tp8-ep4"),
+        (["--ep", "8"], "tp8-ep8"),
+        (["--ep-size", "8", "--enable-eplb"], "tp8-ep8-eplb"),
+    ],
+)
+def test_the_layout_follows_tp_ep_and_eplb(flags: list[str], layout: str) -> None:
+    resolved = config("--sim-profile", "kimi-k2.6-8xpro6000", "--tp-size", "8", *flags)
+    assert resolved.model.layout == layout
+    assert resolved.model.cost == resolved.profile.layouts[layout]
+
+
+def test_a_layout_missing_from_the_profile_is_a_config_error_listing_the_ones_it_has() -> None:
+    with pytest.raises(ConfigError, match=r"no layout 'tp4'.*it has: tp8, tp8-ep4, tp8-ep8, tp8-ep8-eplb"):
+        config("--sim-profile", "kimi-k2.6-8xpro6000", "--tp-size", "4")
+
+
+def test_unset_flags_take_the_profiles_defaults_and_dp_ranks_split_the_running_limit() -> None:
+    default = config()
+    assert default.limits.max_running_requests == default.profile.max_running_requests
+    assert default.limits.chunked_prefill_size == default.profile.chunked_prefill_size
+    assert default.context_length == default.profile.context_length
+    assert default.served_model_name == "org/model"
+    split = config("--dp-size", "4", "--max-running-requests", "100", "--chunked-prefill-size", "-1")
+    assert (split.dp_size, split.limits.max_running_requests, split.limits.chunked_prefill_size) == (
+        4,
+        25,
+        -1,
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "max_bs"),
+    [
+        ([], 256),
+        (["--disable-cuda-graph"], 0),
+        (["--cuda-graph-backend-decode", "disabled"], 0),
+        (["--disable-cuda-graph", "--cuda-graph-backend-decode", "full"], 256),  # the later switch wins
+        (["--cuda-graph-bs-decode", "1", "2", "48"], 48),
+        (["--cuda-graph-max-bs-decode", "64", "--cuda-graph-config", '{"decode": {"max_bs": 32}}'], 32),
+    ],
+)
+def test_decode_cuda_graph_switches_resolve_with_sglangs_precedence(flags: list[str], max_bs: int) -> None:
+    assert config(*flags).model.cuda_graph_max_bs == max_bs
+
+
+def test_speculative_decoding_defaults_to_a_chain_draft_of_the_profiles_step_count() -> None:
+    resolved = config("--speculative-algorithm", "EAGLE3")
+    speculation = resolved.model.speculation
+    assert speculation is not None
+    assert (speculation.num_steps, speculation.num_draft_tokens) == (3, 4)
+    assert speculation.accept_length == pytest.approx(mean_accept_length(resolved.profile.acceptance_rate, 3))
+    assert resolved.effective_args["speculative_num_draft_tokens"] == 4
+    assert config().model.speculation is None
+
+
+def test_effective_args_list_every_field_with_given_values_over_defaults() -> None:
+    resolved = config("--tp-size", "2", "--mem-fraction-static", "0.88", "--trust-remote-code")
+    assert list(resolved.effective_args)[: len(flag_table()["fields"])] == list(flag_table()["fields"])
+    assert resolved.effective_args["tp_size"] == 2
+    assert resolved.effective_args["mem_fraction_static"] == 0.88
+    assert resolved.effective_args["max_running_requests"] == resolved.profile.max_running_requests
+    assert resolved.not_modelled == ["--trust-remote-code", "--mem-fraction-static"]
+    json.dumps(resolved.effective_args)  # /server_info must be able to send it
+
+
+def test_launch_command_spells_the_non_default_flags() -> None:
+    resolved = config("--tp", "8", "--cuda-graph-bs-decode", "1", "2", "--enable-metrics")
+    assert (
+        resolved.launch_command
+        == "--model-path org/model --tp-size 8 --enable-metrics --cuda-graph-bs-decode 1 2"
+    )
+
+
+def test_sglang_config_files_are_refused_rather_than_silently_ignored() -> None:
+    with pytest.raises(ConfigError, match="--config"):
+        config("--config", "server.yaml")
+
+
+def test_faults_from_several_flags_combine() -> None:
+    resolved = config("--sim-fault", "crash-after=5,http-500-rate=0.25", "--sim-fault", "slow-start=2")
+    assert resolved.faults.describe() == {"crash-after": 5, "http-500-rate": 0.25, "slow-start": 2.0}

@@ -1,0 +1,62 @@
+"""Fault switches: parsing ``--sim-fault`` and deciding which request or event they hit."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from fairbench.sim.faults import FaultAction, FaultSettings, FaultState, combine_fault_specs, parse_fault_spec
+
+
+def test_a_spec_may_hold_several_faults_and_later_flags_override_earlier_ones() -> None:
+    settings = combine_fault_specs(
+        [parse_fault_spec("crash-after=3, malformed-every=7"), parse_fault_spec("crash-after=5")]
+    )
+    assert settings == FaultSettings(crash_after=5, malformed_every=7)
+
+
+@pytest.mark.parametrize(
+    "spec", ["crash-after=-1", "hang-after=x", "http-500-rate=1.5", "malformed-every=0", "slow-start=-2"]
+)
+def test_out_of_range_values_are_usage_errors(spec: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="not a valid value"):
+        parse_fault_spec(spec)
+
+
+def test_crash_after_n_lets_n_requests_through() -> None:
+    state = FaultState(FaultSettings(crash_after=2), seed=0)
+    assert [state.on_generation_request() for _ in range(3)] == [
+        FaultAction.SERVE,
+        FaultAction.SERVE,
+        FaultAction.CRASH,
+    ]
+
+
+def test_hang_after_zero_hangs_on_the_first_request() -> None:
+    assert FaultState(FaultSettings(hang_after=0), seed=0).on_generation_request() is FaultAction.HANG
+
+
+def test_http_500_rate_hits_about_that_share_of_requests_reproducibly_for_a_seed() -> None:
+    def outcomes(seed: int) -> list[FaultAction]:
+        state = FaultState(FaultSettings(http_500_rate=0.3), seed=seed)
+        return [state.on_generation_request() for _ in range(2000)]
+
+    failed = outcomes(1).count(FaultAction.HTTP_500)
+    assert 0.25 < failed / 2000 < 0.35
+    assert outcomes(1) == outcomes(1)
+    assert outcomes(1) != outcomes(2)
+
+
+def test_malformed_every_n_breaks_every_nth_event() -> None:
+    state = FaultState(FaultSettings(malformed_every=3), seed=0)
+    assert [state.next_event_is_malformed() for _ in range(7)] == [
+        False,
+        False,
+        True,
+        False,
+        False,
+        True,
+        False,
+    ]
+    assert not FaultState(FaultSettings(), seed=0).next_event_is_malformed()
