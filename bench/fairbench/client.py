@@ -1,10 +1,10 @@
 """Streaming HTTP client for SGLang's three generation APIs (formats of SGLang 0.5.23).
 
-The hot path only timestamps network reads: each read's bytes are kept with the
-``perf_counter_ns`` of their arrival, and the stream is parsed once it has ended.
-An event's arrival time is the arrival of the read that completed it. Keeping
-JSON parsing out of the read loop keeps the event loop free, so timestamps of
-other streams are not delayed behind it (the TTFT error of busy clients).
+Each network read is timestamped (``perf_counter_ns``) the moment it is handed over,
+then fed to the stream's parser; an event's arrival time is the arrival of the read
+that completed it. Parsing as reads come spreads its cost evenly: parsing whole
+streams at their end made bursts of hundreds of milliseconds when a wave of C
+requests ended together, delaying the first tokens of the next wave.
 """
 
 from __future__ import annotations
@@ -65,27 +65,18 @@ def _stream_error(data: dict[str, Any]) -> str | None:
     return None
 
 
-@dataclass(slots=True)
-class EventCount:
-    """What one stream event says about the output so far."""
-
-    completion_tokens: int | None
-    """The server's cumulative count, when the event carries one."""
-    prompt_tokens: int | None
-    has_text: bool
-    carries_output: bool
-    """False for OpenAI's closing usage-only event (``choices: []``), which delivers no token."""
+EventCount = tuple[int | None, int | None, bool, bool]
+"""What one stream event says: (the server's cumulative completion tokens if given, prompt tokens
+if given, has text, carries output). OpenAI's closing usage-only event (``choices: []``) carries
+no output. A plain tuple: this runs once per token."""
 
 
 def _openai_count(data: dict[str, Any], text_of: Callable[[dict[str, Any]], str]) -> EventCount:
     usage = data.get("usage") or {}
-    choices = data.get("choices") or []
-    return EventCount(
-        usage.get("completion_tokens"),
-        usage.get("prompt_tokens"),
-        bool(choices) and bool(text_of(choices[0])),
-        bool(choices),
-    )
+    choices = data.get("choices")
+    if choices:
+        return usage.get("completion_tokens"), usage.get("prompt_tokens"), bool(text_of(choices[0])), True
+    return usage.get("completion_tokens"), usage.get("prompt_tokens"), False, False
 
 
 def _completion_text(choice: dict[str, Any]) -> str:
@@ -100,7 +91,7 @@ def _chat_text(choice: dict[str, Any]) -> str:
 
 def _generate_count(data: dict[str, Any]) -> EventCount:
     meta = data.get("meta_info") or {}
-    return EventCount(meta.get("completion_tokens"), meta.get("prompt_tokens"), bool(data.get("text")), True)
+    return meta.get("completion_tokens"), meta.get("prompt_tokens"), bool(data.get("text")), True
 
 
 class ApiFormat:
@@ -157,73 +148,109 @@ class ApiFormat:
             payload["rid"] = rid
         return orjson.dumps(payload)
 
-    def parse(self, reads: list[tuple[int, bytes]]) -> StreamCounts:
-        """Turn timestamped reads into content chunks; raises StreamError on a format violation.
+    def parser(self) -> StreamParser:
+        return StreamParser(self._count)
 
-        A content chunk is an event after which the server's cumulative completion
-        count grew; it carried that many tokens. A server that sends no counts gets
-        one token per non-empty event, corrected by its final usage.
-        """
-        chunk_ns: list[int] = []
-        chunk_tokens: list[int] = []
-        counted = 0
-        prompt_len: int | None = None
-        final_count: int | None = None
-        done = False
-        pending = b""
+    def parse(self, reads: list[tuple[int, bytes]]) -> StreamCounts:
+        """Parse a whole stream given as (arrival_ns, bytes) reads."""
+        parser = self.parser()
         for arrival_ns, data in reads:
-            events = (pending + data).split(b"\n\n") if pending else data.split(b"\n\n")
-            pending = events.pop()
-            for raw_event in events:
-                event = raw_event.strip()
-                if not event:
-                    continue
-                if done:
-                    raise StreamError(f"data after [DONE]: {_excerpt(event.decode(errors='replace'))}")
-                if not event.startswith(b"data:"):
-                    raise StreamError(f"malformed stream line: {_excerpt(event.decode(errors='replace'))}")
-                payload = event[5:].strip()
-                if payload == b"[DONE]":
-                    done = True
-                    continue
-                try:
-                    message = orjson.loads(payload)
-                except orjson.JSONDecodeError:
-                    raise StreamError(
-                        f"malformed stream line: {_excerpt(event.decode(errors='replace'))}"
-                    ) from None
-                if not isinstance(message, dict):
-                    raise StreamError(f"malformed stream line: {_excerpt(event.decode(errors='replace'))}")
-                if (error := _stream_error(message)) is not None:
-                    raise StreamError(error)
-                count = self._count(message)
-                if count.prompt_tokens is not None:
-                    prompt_len = count.prompt_tokens
-                total = count.completion_tokens
-                if total is None:
-                    if count.has_text:
-                        chunk_ns.append(arrival_ns)
-                        chunk_tokens.append(1)
-                        counted += 1
-                    continue
-                final_count = total
-                if total > counted and count.carries_output:
-                    chunk_ns.append(arrival_ns)
-                    chunk_tokens.append(total - counted)
-                    counted = total
-        if pending.strip():
-            raise StreamError(f"stream ended inside an event: {_excerpt(pending.decode(errors='replace'))}")
-        if not done:
+            parser.feed(arrival_ns, data)
+        return parser.finish()
+
+
+class StreamParser:
+    """Turns one stream's timestamped reads into content chunks; raises StreamError on a format violation.
+
+    A content chunk is an event after which the server's cumulative completion
+    count grew; it carried that many tokens. A server that sends no counts gets
+    one token per non-empty event, corrected by its final usage.
+    """
+
+    def __init__(self, count: Callable[[dict[str, Any]], EventCount]) -> None:
+        self._count = count
+        self.chunk_ns: list[int] = []
+        self.chunk_tokens: list[int] = []
+        self.last_read_ns = 0
+        self._counted = 0
+        self._prompt_len: int | None = None
+        self._final_count: int | None = None
+        self._done = False
+        self._pending = b""
+
+    def feed(self, arrival_ns: int, data: bytes) -> None:
+        self.last_read_ns = arrival_ns
+        events = (self._pending + data).split(b"\n\n") if self._pending else data.split(b"\n\n")
+        self._pending = events.pop()
+        for raw_event in events:
+            event = raw_event.strip()
+            if event:
+                self._event(arrival_ns, event)
+
+    def _event(self, arrival_ns: int, event: bytes) -> None:
+        if self._done:
+            raise StreamError(f"data after [DONE]: {_excerpt(event.decode(errors='replace'))}")
+        if not event.startswith(b"data:"):
+            raise StreamError(f"malformed stream line: {_excerpt(event.decode(errors='replace'))}")
+        payload = event[5:].strip()
+        if payload == b"[DONE]":
+            self._done = True
+            return
+        try:
+            message = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            message = None
+        if not isinstance(message, dict):
+            raise StreamError(f"malformed stream line: {_excerpt(event.decode(errors='replace'))}")
+        if (error := _stream_error(message)) is not None:
+            raise StreamError(error)
+        total, prompt_tokens, has_text, carries_output = self._count(message)
+        if prompt_tokens is not None:
+            self._prompt_len = prompt_tokens
+        if total is None:
+            if has_text:
+                self.chunk_ns.append(arrival_ns)
+                self.chunk_tokens.append(1)
+                self._counted += 1
+            return
+        self._final_count = total
+        if total > self._counted and carries_output:
+            self.chunk_ns.append(arrival_ns)
+            self.chunk_tokens.append(total - self._counted)
+            self._counted = total
+
+    def finish(self) -> StreamCounts:
+        """The stream has ended: check it ended properly and return what it carried."""
+        if self._pending.strip():
+            raise StreamError(
+                f"stream ended inside an event: {_excerpt(self._pending.decode(errors='replace'))}"
+            )
+        if not self._done:
             raise StreamError("stream ended before [DONE]")
-        output_len = final_count if final_count is not None else counted
-        if chunk_tokens and output_len > counted:
+        output_len = self._final_count if self._final_count is not None else self._counted
+        if self.chunk_tokens and output_len > self._counted:
             # Counts came only at the end: the missing tokens belong to the last chunk.
-            chunk_tokens[-1] += output_len - counted
-        return StreamCounts(chunk_ns, chunk_tokens, output_len, prompt_len)
+            self.chunk_tokens[-1] += output_len - self._counted
+        return StreamCounts(self.chunk_ns, self.chunk_tokens, output_len, self._prompt_len)
+
+
+@dataclass(eq=False, slots=True)
+class _InFlight:
+    """A request in flight, as the stall watchdog sees it."""
+
+    task: asyncio.Task[Any]
+    parser: StreamParser
+    stalled: bool = False
 
 
 class StreamClient:
-    """One aiohttp session for a whole sweep, its pool sized to the concurrency."""
+    """One aiohttp session for a whole sweep, its pool sized to the concurrency.
+
+    A stream that sends nothing for ``read_timeout`` seconds fails as stalled. One
+    watchdog task checks every stream's last read, where aiohttp's ``sock_read``
+    timeout would re-arm a timer on every read: a quarter of the client's CPU per
+    token at high concurrency.
+    """
 
     def __init__(
         self,
@@ -245,21 +272,36 @@ class StreamClient:
         self.read_timeout = read_timeout
         self._concurrency = concurrency
         self._session: aiohttp.ClientSession | None = None
+        self._in_flight: set[_InFlight] = set()
+        self._watchdog: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> StreamClient:
         connector = aiohttp.TCPConnector(limit=self._concurrency, limit_per_host=self._concurrency)
-        timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=self.connect_timeout, sock_read=self.read_timeout
-        )
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout)
         self._session = aiohttp.ClientSession(
             connector=connector, timeout=timeout, read_bufsize=READ_BUFFER_BYTES, auto_decompress=False
         )
+        self._watchdog = asyncio.get_running_loop().create_task(self._watch_stalls())
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            await asyncio.gather(self._watchdog, return_exceptions=True)
+            self._watchdog = None
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+    async def _watch_stalls(self) -> None:
+        limit_ns = int(self.read_timeout * 1e9)
+        while True:
+            await asyncio.sleep(min(1.0, self.read_timeout / 4))
+            now = perf_counter_ns()
+            for request in self._in_flight:
+                if not request.stalled and now - request.parser.last_read_ns > limit_ns:
+                    request.stalled = True
+                    request.task.cancel()
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -294,32 +336,38 @@ class StreamClient:
         Never raises for a failure of the request: the record says what went wrong.
         """
         record = RequestRecord(prompt.index, prompt.prompt_len, prompt.output_len, rid=rid)
-        reads: list[tuple[int, bytes]] = []
-        record.start_ns = perf_counter_ns()
+        parser = self.api.parser()
+        task = asyncio.current_task()
+        assert task is not None, "request() runs in a task"
+        watched = _InFlight(task, parser)
+        self._in_flight.add(watched)
+        record.start_ns = parser.last_read_ns = perf_counter_ns()
         try:
             async with self.session.post(self.url, data=body, headers=self.headers) as response:
                 record.status = response.status
                 if response.status != 200:
-                    record.error = (
-                        f"HTTP {response.status}: {_excerpt(await response.text(errors='replace'))}"
-                    )
-                    record.end_ns = perf_counter_ns()
-                    return record
-                append = reads.append
+                    text = await response.text(errors="replace")
+                    raise StreamError(f"HTTP {response.status}: {_excerpt(text)}")
+                feed = parser.feed
                 async for data in response.content.iter_any():
-                    append((perf_counter_ns(), data))
-        except asyncio.TimeoutError:
-            record.error = f"stalled: no data for {self.read_timeout:g} s"
-        except aiohttp.ClientError as exc:
-            record.error = f"connection failed: {type(exc).__name__}: {_excerpt(str(exc))}"
-        record.end_ns = reads[-1][0] if reads and not record.error else perf_counter_ns()
-        if record.error:
-            return record
-        try:
-            counts = self.api.parse(reads)
+                    feed(perf_counter_ns(), data)
+            counts = parser.finish()
         except StreamError as exc:
             record.error = str(exc)
+        except aiohttp.ClientError as exc:
+            record.error = f"connection failed: {type(exc).__name__}: {_excerpt(str(exc))}"
+        except asyncio.CancelledError:
+            if not watched.stalled:
+                raise
+            if hasattr(task, "uncancel"):  # Python 3.11+: this cancellation is handled
+                task.uncancel()
+            record.error = f"stalled: no data for {self.read_timeout:g} s"
+        finally:
+            self._in_flight.discard(watched)
+        if record.error:
+            record.end_ns = perf_counter_ns()
             return record
+        record.end_ns = parser.last_read_ns
         record.chunk_ns = counts.chunk_ns
         record.chunk_tokens = counts.chunk_tokens
         record.output_len = counts.output_len

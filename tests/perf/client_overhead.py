@@ -1,0 +1,272 @@
+"""What the client costs: `fairbench sweep` streaming from a server on loopback.
+
+The test server (tests/support/sse_server.py) runs pinned to one core, the client to
+the other. Two settings, 1000 requests x 256 output tokens, 128 input tokens, C=256:
+  realistic  100 ms to the first token, 20 ms between tokens, each token its own read
+  saturated  no delays
+For each, the script prints tokens/s ingested, client CPU microseconds per token in
+the steady window (all 256 streams active; CPU sampled from /proc), the TTFT error
+against the server's own send times (same clock: CLOCK_MONOTONIC), the time from
+process start to the first request, and the whole process's CPU seconds.
+
+A raw byte-counting client (asyncio streams, no parsing) runs the same workload side
+by side as the floor: machines here are noisy, so the ratio to it is the figure to
+compare across runs.
+
+    .venv/bin/python tests/perf/client_overhead.py [--requests 1000] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gzip
+import json
+import os
+import pstats
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+SERVER_CPU, CLIENT_CPU = 0, 1
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Setting:
+    name: str
+    first_token_ms: float
+    chunk_gap_ms: float
+
+
+SETTINGS = (Setting("realistic", 100.0, 20.0), Setting("saturated", 0.0, 0.0))
+
+
+class Server:
+    """The test server in its own process, pinned to SERVER_CPU."""
+
+    def __init__(self, setting: Setting) -> None:
+        command = [
+            sys.executable,
+            "-m",
+            "tests.support.sse_server",
+            "--port=0",
+            f"--cpu={SERVER_CPU}",
+            f"--first-token-ms={setting.first_token_ms}",
+            f"--chunk-gap-ms={setting.chunk_gap_ms}",
+        ]
+        self.process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, text=True)
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line.startswith("listening on "):
+            raise RuntimeError(f"test server did not start: {line!r}")
+        self.url = "http://" + line.split()[-1]
+
+    def send_times(self) -> dict[str, dict[str, Any]]:
+        with urllib.request.urlopen(self.url + "/debug/send_times?clear=1") as response:
+            document = json.load(response)
+        records = document["requests"] if isinstance(document, dict) else document
+        return {record["id"]: record for record in records}
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=10)
+
+
+def cpu_ns(pid: int) -> int | None:
+    """utime + stime of a process from /proc, in nanoseconds (None once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) * 1_000_000_000 // CLOCK_TICKS
+
+
+def spawn_pinned(command: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+    """Start a client process on CLIENT_CPU (pinned right after the fork: its start-up is not timed)."""
+    process = subprocess.Popen(command, **kwargs)
+    os.sched_setaffinity(process.pid, {CLIENT_CPU})
+    return process
+
+
+def run_fairbench(url: str, out: Path, requests: int, profile: Path | None) -> dict[str, Any]:
+    """One sweep point at C=256; returns its records, CPU samples and rusage."""
+    command = [sys.executable]
+    if profile is not None:
+        command += ["-m", "cProfile", "-o", str(profile)]
+    command += ["-m", "fairbench", "sweep", "--url", url, "--input-len", "128", "--output-len", "256"]
+    command += ["--concurrency", "256", "--prompts-per-level", str(requests), "--warmup", "0"]
+    command += ["--out", str(out), "--progress", "lines"]
+    samples: list[tuple[int, int]] = []
+    log = out.with_suffix(".log")
+    spawned_ns = time.perf_counter_ns()
+    with log.open("w") as stderr:
+        process = spawn_pinned(command, stdout=subprocess.DEVNULL, stderr=stderr)
+    while True:
+        # wait4 rather than Popen.poll: it also gives the whole process's rusage.
+        pid, status, rusage = os.wait4(process.pid, os.WNOHANG)
+        if pid:
+            break
+        cpu = cpu_ns(process.pid)
+        if cpu is not None:
+            samples.append((time.perf_counter_ns(), cpu))
+        time.sleep(0.05)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode:
+        raise RuntimeError(f"fairbench sweep failed:\n{log.read_text()}")
+    with gzip.open(out / "requests" / "c256-r0.jsonl.gz", "rt") as handle:
+        records = [json.loads(line) for line in handle]
+    (point,) = [json.loads(line) for line in (out / "points.jsonl").read_text().splitlines()]
+    return {
+        "records": records,
+        "point": point,
+        "samples": samples,
+        "spawned_ns": spawned_ns,
+        "rusage": rusage,
+    }
+
+
+def cpu_between(samples: Sequence[tuple[int, int]], start_ns: int, end_ns: int) -> float:
+    """CPU nanoseconds spent in [start, end], interpolated between /proc samples."""
+
+    def at(moment: int) -> float:
+        for (t0, c0), (t1, c1) in pairwise(samples):
+            if t0 <= moment <= t1:
+                return c0 + (c1 - c0) * (moment - t0) / max(t1 - t0, 1)
+        return float(samples[-1][1] if moment > samples[-1][0] else samples[0][1])
+
+    return at(end_ns) - at(start_ns)
+
+
+def steady_window(records: list[dict[str, Any]], concurrency: int) -> tuple[int, int]:
+    """From the C-th start to the first end after the last start (as fairbench.metrics defines it)."""
+    starts = sorted(record["start_ns"] for record in records)
+    last_start = starts[-1]
+    return starts[concurrency - 1], min(r["end_ns"] for r in records if r["end_ns"] > last_start)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
+
+
+def summarize_fairbench(result: dict[str, Any], sent: dict[str, dict[str, Any]]) -> dict[str, float]:
+    records = result["records"]
+    start, end = steady_window(records, 256)
+    window_tokens = sum(
+        tokens
+        for r in records
+        for t, tokens in zip(r["chunk_ns"], r["chunk_tokens"], strict=True)
+        if start <= t < end
+    )
+    ttft_errors_ms = [(r["chunk_ns"][0] - sent[r["rid"]]["first_chunk_ns"]) / 1e6 for r in records]
+    first_arrival = min(record["arrival_ns"] for record in sent.values())
+    rusage = result["rusage"]
+    failed = sum(1 for r in records if r["error"])
+    return {
+        "failed": failed,
+        "tokens_per_s": result["point"]["output_throughput"],
+        "cpu_us_per_token": cpu_between(result["samples"], start, end) / 1000 / max(window_tokens, 1),
+        "ttft_err_p50_ms": percentile(ttft_errors_ms, 50),
+        "ttft_err_p99_ms": percentile(ttft_errors_ms, 99),
+        "ttft_err_max_ms": max(ttft_errors_ms),
+        "mean_ttft_ms": result["point"]["mean_ttft_ms"],
+        "start_to_first_request_s": (first_arrival - result["spawned_ns"]) / 1e9,
+        "process_cpu_s": rusage.ru_utime + rusage.ru_stime,
+        "loop_lag_max_ms": result["point"]["event_loop_lag_max_ms"],
+    }
+
+
+async def raw_stream(host: str, port: int, body: bytes) -> int:
+    """One request on its own connection, reading until the chunked body ends; returns bytes read."""
+    reader, writer = await asyncio.open_connection(host, port)
+    writer.write(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+        + body
+    )
+    received = 0
+    while data := await reader.read(65536):
+        received += len(data)
+        if data.endswith(b"0\r\n\r\n"):
+            break
+    writer.close()
+    return received
+
+
+async def raw_client(url: str, requests: int) -> None:
+    host, port = url.removeprefix("http://").split(":")
+    body = json.dumps(
+        {"model": "m", "prompt": list(range(100, 228)), "max_tokens": 256, "ignore_eos": True, "stream": True}
+    ).encode()
+    remaining = requests
+
+    async def worker() -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            await raw_stream(host, int(port), body)
+
+    await asyncio.gather(*(worker() for _ in range(256)))
+
+
+def run_floor(url: str, requests: int) -> dict[str, float]:
+    """The raw client in a pinned child process; CPU per token over its whole run."""
+    code = (
+        "import asyncio, sys; sys.path.insert(0, sys.argv[3]); from client_overhead import raw_client; "
+        "asyncio.run(raw_client(sys.argv[1], int(sys.argv[2])))"
+    )
+    started = time.perf_counter()
+    process = spawn_pinned([sys.executable, "-c", code, url, str(requests), str(Path(__file__).parent)])
+    _, _, rusage = os.wait4(process.pid, 0)
+    wall = time.perf_counter() - started
+    tokens = requests * 256
+    return {
+        "tokens_per_s": tokens / wall,
+        "cpu_us_per_token": (rusage.ru_utime + rusage.ru_stime) * 1e6 / tokens,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--profile", action="store_true", help="profile fairbench in the realistic setting")
+    args = parser.parse_args()
+    if len(os.sched_getaffinity(0)) < 2:
+        sys.exit("needs two cores: server and client are pinned to one each")
+    sys.path.insert(0, str(REPO))
+    rows: list[tuple[str, dict[str, float]]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for setting in SETTINGS:
+            server = Server(setting)
+            try:
+                profile = Path(tmp) / "profile.out" if args.profile and setting.name == "realistic" else None
+                result = run_fairbench(server.url, Path(tmp) / setting.name, args.requests, profile)
+                fairbench = summarize_fairbench(result, server.send_times())
+                floor = run_floor(server.url, args.requests)
+            finally:
+                server.stop()
+            fairbench["floor_cpu_us_per_token"] = floor["cpu_us_per_token"]
+            fairbench["ratio_to_floor"] = fairbench["cpu_us_per_token"] / floor["cpu_us_per_token"]
+            rows.append((setting.name, fairbench))
+            if profile is not None:
+                print("\nprofile of fairbench sweep (realistic), top 20 by own time:")
+                pstats.Stats(str(profile)).sort_stats("tottime").print_stats(20)
+    keys = list(rows[0][1])
+    print(f"\n{args.requests} requests x 256 output tokens, 128 input, C=256", end="; ")
+    print(f"server on cpu {SERVER_CPU}, client on cpu {CLIENT_CPU}")
+    print(f"{'':28}" + "".join(f"{name:>14}" for name, _ in rows))
+    for key in keys:
+        print(f"{key:28}" + "".join(f"{values[key]:>14.3f}" for _, values in rows))
+
+
+if __name__ == "__main__":
+    main()
