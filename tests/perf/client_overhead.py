@@ -28,15 +28,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-SERVER_CPU, CLIENT_CPU = 0, 1
+from _harness import CLIENT_CPU, SERVER_CPU, Server, spawn_pinned
+
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -50,37 +49,6 @@ class Setting:
 SETTINGS = (Setting("realistic", 100.0, 20.0), Setting("saturated", 0.0, 0.0))
 
 
-class Server:
-    """The test server in its own process, pinned to SERVER_CPU."""
-
-    def __init__(self, setting: Setting) -> None:
-        command = [
-            sys.executable,
-            "-m",
-            "tests.support.sse_server",
-            "--port=0",
-            f"--cpu={SERVER_CPU}",
-            f"--first-token-ms={setting.first_token_ms}",
-            f"--chunk-gap-ms={setting.chunk_gap_ms}",
-        ]
-        self.process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, text=True)
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        if not line.startswith("listening on "):
-            raise RuntimeError(f"test server did not start: {line!r}")
-        self.url = "http://" + line.split()[-1]
-
-    def send_times(self) -> dict[str, dict[str, Any]]:
-        with urllib.request.urlopen(self.url + "/debug/send_times?clear=1") as response:
-            document = json.load(response)
-        records = document["requests"] if isinstance(document, dict) else document
-        return {record["id"]: record for record in records}
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=10)
-
-
 def cpu_ns(pid: int) -> int | None:
     """utime + stime of a process from /proc, in nanoseconds (None once it is gone)."""
     try:
@@ -88,13 +56,6 @@ def cpu_ns(pid: int) -> int | None:
     except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) * 1_000_000_000 // CLOCK_TICKS
-
-
-def spawn_pinned(command: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
-    """Start a client process on CLIENT_CPU (pinned right after the fork: its start-up is not timed)."""
-    process = subprocess.Popen(command, **kwargs)
-    os.sched_setaffinity(process.pid, {CLIENT_CPU})
-    return process
 
 
 def run_fairbench(url: str, out: Path, requests: int, profile: Path | None) -> dict[str, Any]:
@@ -242,11 +203,10 @@ def main() -> None:
     args = parser.parse_args()
     if len(os.sched_getaffinity(0)) < 2:
         sys.exit("needs two cores: server and client are pinned to one each")
-    sys.path.insert(0, str(REPO))
     rows: list[tuple[str, dict[str, float]]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for setting in SETTINGS:
-            server = Server(setting)
+            server = Server(setting.first_token_ms, setting.chunk_gap_ms)
             try:
                 profile = Path(tmp) / "profile.out" if args.profile and setting.name == "realistic" else None
                 result = run_fairbench(server.url, Path(tmp) / setting.name, args.requests, profile)
