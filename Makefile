@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test lint perf clean
+.PHONY: venv test lint perf clean lab-up lab-down demo
 
 venv: $(STAMP)
 
@@ -28,3 +28,21 @@ perf: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build dist bench/*.egg-info
+
+# Lab hosts: LAB_HOSTS Debian hosts booted with systemd-nspawn on this machine (root), in inventory/lab.yml.
+LAB_HOSTS ?= 2
+
+lab-up:
+	bash tests/lab/lab.sh up $(LAB_HOSTS)
+
+lab-down:
+	bash tests/lab/lab.sh down
+
+# The demo campaign (campaigns/demo.yml, on the simulator) on the lab hosts: deployed, swept, fetched, reported.
+DEMO_RUN_ID ?= $(shell date -u +%Y%m%dT%H%M%SZ)
+# Evaluated once: the playbook and the last line name the same run.
+DEMO_RUN_ID := $(DEMO_RUN_ID)
+
+demo: $(STAMP) lab-up
+	$(BIN)/ansible-playbook playbooks/site.yml -e campaign=campaigns/demo.yml -e run_id=$(DEMO_RUN_ID)
+	@echo "report: results/demo/$(DEMO_RUN_ID)/report.md"

@@ -67,9 +67,11 @@ def test_points_carry_every_sglang_key_and_the_measured_timing(
         assert point["completed"] == max(16, 10 * point["max_concurrency"])
         assert point["total_output_tokens"] == 20 * point["completed"]
         assert point["total_input_tokens"] == 64 * point["completed"]
-        # The server's schedule: first chunk 40 ms after dispatch, then one token every 5 ms.
-        assert point["median_ttft_ms"] == pytest.approx(40, abs=4)
-        assert point["median_tpot_ms"] == pytest.approx(5, rel=0.1)
+        # The server's schedule: first chunk 40 ms after dispatch, then one token every 5 ms. The
+        # bounds leave room for a busy CI machine; test_measured_ttft_matches_the_servers_send_times
+        # and tests/perf/accuracy.py check the timing itself.
+        assert 40 <= point["median_ttft_ms"] < 60
+        assert point["median_tpot_ms"] == pytest.approx(5, rel=0.2)
         assert point["per_user_tps"] == pytest.approx(1000 / point["median_tpot_ms"])
     records = requests_of(out, "c4-r0")
     assert len(records) == 40
@@ -109,8 +111,8 @@ def test_chunks_of_several_tokens_count_per_token(sse_server: StartServer, tmp_p
     assert result.returncode == 0, result.stderr
     (point,) = points(out)
     # One chunk every 16 ms carrying 4 tokens: sglang's chunk ITL sees 16 ms, per token 4 ms.
-    assert point["median_itl_ms"] == pytest.approx(16, rel=0.1)
-    assert point["median_token_itl_ms"] == pytest.approx(4, rel=0.1)
+    assert point["median_itl_ms"] == pytest.approx(16, rel=0.15)
+    assert point["median_token_itl_ms"] == pytest.approx(4, rel=0.15)
     record = requests_of(out, "c2-r0")[0]
     assert record["chunk_tokens"] == [1, 4, 4, 4, 4, 4, 4]
 
