@@ -53,4 +53,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"fairbench {name}: interrupted", file=sys.stderr)
         return 130
-
