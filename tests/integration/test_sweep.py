@@ -81,6 +81,42 @@ def test_points_carry_every_sglang_key_and_the_measured_timing(
     assert [row[:3] for row in rows] == [["1", "0", "16"], ["4", "0", "40"]]
 
 
+@pytest.mark.parametrize("api", ["completions", "chat", "generate"])
+def test_every_api_streams_and_counts_server_tokens(
+    sse_server: StartServer, tmp_path: Path, api: str
+) -> None:
+    server = sse_server(chunk_gap_ms=1, tokens_per_chunk=3)
+    out = tmp_path / api
+    result = run_sweep(
+        server.url,
+        out,
+        "--api",
+        api,
+        "--input-len",
+        "12",
+        "--output-len",
+        "10",
+        "--concurrency",
+        "2",
+        "--warmup",
+        "0",
+        "--flush-cache",
+    )
+    assert result.returncode == 0, result.stderr
+    (point,) = points(out)
+    assert (
+        point["backend"]
+        == {"completions": "sglang-oai", "chat": "sglang-oai-chat", "generate": "sglang"}[api]
+    )
+    assert point["completed"] == 20 and point["failed"] == 0  # 10 x C
+    assert point["total_output_tokens"] == 20 * 10
+    # Chat prompts are text (12 words); the server's prompt count is what is recorded.
+    assert point["total_input_tokens"] == 20 * 12
+    sent = {record["id"]: record for record in server.send_times()}
+    for record in requests_of(out, "c2-r0"):
+        assert record["chunk_tokens"] == sent[record["rid"]]["chunk_tokens"] == [1, 3, 3, 3]
+
+
 def test_measured_ttft_matches_the_servers_send_times(sse_server: StartServer, tmp_path: Path) -> None:
     server = sse_server(first_token_ms=30, chunk_gap_ms=10, process=True)
     out = tmp_path / "run"
