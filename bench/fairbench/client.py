@@ -31,7 +31,7 @@ class StreamError(Exception):
 
 
 class ServerUnreachable(Exception):
-    """The server did not accept a connection within the connect timeout."""
+    """The server did not accept a connection within the connect timeout, or answered with an error."""
 
 
 @dataclass(slots=True)
@@ -310,19 +310,21 @@ class StreamClient:
         return self._session
 
     async def get_json(self, path: str, *, timeout: float | None = None) -> Any:
-        """GET a JSON endpoint; raises ServerUnreachable when no connection can be made."""
+        """GET a JSON endpoint; raises ServerUnreachable when no connection can be made or it is not 200."""
+        url = self.base_url + path
         try:
             async with self.session.get(
-                self.base_url + path,
+                url,
                 headers=self.headers,
                 timeout=aiohttp.ClientTimeout(total=timeout or self.connect_timeout * 3),
             ) as response:
-                response.raise_for_status()
+                if response.status != 200:
+                    text = _excerpt(await response.text(errors="replace"))
+                    raise ServerUnreachable(f"{url} answered HTTP {response.status}: {text}")
                 return await response.json(content_type=None)
-        except (aiohttp.ClientConnectorError, asyncio.TimeoutError) as exc:
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             raise ServerUnreachable(
-                f"cannot reach {self.base_url + path} within {self.connect_timeout:g} s: "
-                f"{exc or type(exc).__name__}"
+                f"cannot reach {url} within {self.connect_timeout:g} s: {exc or type(exc).__name__}"
             ) from exc
 
     async def post(self, path: str) -> tuple[int, str]:

@@ -354,6 +354,8 @@ def test_api_key_is_sent_as_bearer(sse_server: StartServer, tmp_path: Path) -> N
     base = ("--input-len", "8", "--output-len", "4", "--concurrency", "1", "--warmup", "0")
     denied = run_sweep(server.url, tmp_path / "denied", *base)
     assert denied.returncode == 1
+    assert "(stopped early: error rate)" in denied.stderr
+    assert all(r["error"].startswith("HTTP 401: ") for r in requests_of(tmp_path / "denied", "c1-r0"))
     env = {**os.environ, "FAIRBENCH_API_KEY": "s3cret"}
     allowed = subprocess.run(
         sweep_args(server.url, tmp_path / "allowed", *base),
