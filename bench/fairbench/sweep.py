@@ -253,10 +253,11 @@ class Sweep:
         started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self.progress.start(pid, count)
         monitor = LoopLagMonitor()
-        monitor.start()
-        cpu_before = time.process_time()
-        start_ns = perf_counter_ns()
         with collector_paused():
+            # Clocks and lag start after the collection collector_paused runs (tens to hundreds of ms).
+            monitor.start()
+            cpu_before = time.process_time()
+            start_ns = perf_counter_ns()
             records, stopped_early = await run_closed_loop(
                 client,
                 requests=requests,
@@ -264,8 +265,8 @@ class Sweep:
                 on_done=self.progress.request_done,
                 max_error_rate=spec.max_error_rate,
             )
-        duration_s = (perf_counter_ns() - start_ns) / 1e9
-        client_cpu_s = time.process_time() - cpu_before
+            duration_s = (perf_counter_ns() - start_ns) / 1e9
+            client_cpu_s = time.process_time() - cpu_before
         lag = await monitor.stop()
         records.sort(key=lambda record: record.index)
         metrics = point_metrics(records, duration_s, level, gpus=spec.gpus)
