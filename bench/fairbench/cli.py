@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("fairbench.sweep_cli", "run a concurrency sweep against one server"),
     "sim": ("fairbench.sim.command", "an SGLang-compatible simulated server"),
     "validate": ("fairbench.campaign_cli", "check a campaign file and show each config's command line"),
+    "report": ("fairbench.report_cli", "the fair comparison of a run (or two runs): report.md, .html, plots"),
 }
 
 

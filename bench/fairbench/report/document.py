@@ -1,0 +1,407 @@
+"""What the report says, in order, as blocks: the first screen holds the verdict on fairness (threats,
+failed configs, campaign warnings, confidence), then the headline table; details follow.
+
+One run: ``run_blocks``. Two runs of one campaign side by side: ``comparison_blocks``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from fairbench.report.blocks import Alert, Block, BulletList, Figure, Heading, Paragraph, Preformatted, Table
+from fairbench.report.differences import IGNORED_FIELDS, PairDifferences, threats
+from fairbench.report.load import ConfigResult, Run
+from fairbench.report.summary import THROUGHPUT, Headline, Level, pairwise
+from fairbench.stats import Comparison, Estimate, compare, estimate
+
+Label = Callable[[ConfigResult], str]
+
+
+# --- formatting ------------------------------------------------------------------------------------------
+
+
+def figure(value: Estimate | None, digits: int = 1) -> str:
+    """``1,234.5``, or ``1,234.5 ± 6.7`` (95 % CI) with repeats; ``-`` for no value."""
+    if value is None:
+        return "-"
+    text = f"{value.mean:,.{digits}f}"
+    return text if value.half_width is None else f"{text} ± {value.half_width:,.{digits}f}"
+
+
+def setting_value(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, separators=(",", ":"))
+
+
+def change(comparison: Comparison) -> str:
+    """``+12.3 % (significant)``, ``-0.4 % (within noise)``, or untested with one repeat."""
+    amount = "from 0" if math.isinf(comparison.relative_pct) else f"{comparison.relative_pct:+.1f} %"
+    if comparison.significant is None:
+        return f"{amount} (one repeat: not tested)"
+    return f"{amount} ({'significant' if comparison.significant else 'within noise'})"
+
+
+def _labeller(results: Sequence[ConfigResult]) -> Label:
+    """Configs by name alone when one host ran them all, else ``config@host``."""
+    if len({result.host for result in results}) <= 1:
+        return lambda result: result.name
+    return lambda result: f"{result.name}@{result.host}"
+
+
+# --- the first screen ------------------------------------------------------------------------------------
+
+
+def _threat_alert(pairs: Sequence[PairDifferences], label: Label, title: str) -> Alert:
+    found = threats(pairs)
+    if not found:
+        return Alert(
+            "note", "No undeclared differences: every setting that differs was declared by the campaign."
+        )
+    items = []
+    for threat in found:
+        by_value: dict[str, list[str]] = {}
+        for result, value in threat.values:
+            by_value.setdefault(setting_value(value), []).append(label(result))
+        values = "; ".join(f"{', '.join(names)}: `{value}`" for value, names in by_value.items())
+        items.append(f"{threat.source} `{threat.name}`: {values}")
+    return Alert("threat", title.format(count=len(found)), items)
+
+
+def _failed_alert(results: Sequence[ConfigResult], label: Label) -> Alert | None:
+    failed = [result for result in results if not result.ok]
+    if not failed:
+        return None
+    items = [
+        f"**{label(result)}**: {result.state}"
+        + (f" at stage `{result.status['stage']}`" if result.status.get("stage") else "")
+        + (f": {result.status['reason']}" if result.status.get("reason") else "")
+        for result in failed
+    ]
+    return Alert("warning", f"{len(failed)} config(s) did not finish: see Failed configs below.", items)
+
+
+def _confidence_alert(repeats: int) -> Alert:
+    if repeats >= 2:
+        return Alert(
+            "note",
+            f"{repeats} repeats: figures are mean ± 95 % confidence interval (Student t); comparisons are "
+            "Welch's t-test at the 5 % level.",
+        )
+    return Alert(
+        "warning",
+        "One repeat: the run-to-run spread was not measured, so a difference smaller than it cannot be "
+        "trusted. Set `workload.repeats` to 2 or more for confidence intervals.",
+    )
+
+
+def _first_screen(run: Run, pairs: Sequence[PairDifferences], label: Label) -> list[Block]:
+    blocks: list[Block] = [
+        _threat_alert(
+            pairs,
+            label,
+            "Not a fair comparison: {count} setting(s) differ between configs without the campaign "
+            "declaring them.",
+        )
+    ]
+    failed = _failed_alert(run.results, label)
+    if failed:
+        blocks.append(failed)
+    if run.campaign.get("warnings"):
+        blocks.append(Alert("warning", "The campaign's own warnings:", list(run.campaign["warnings"])))
+    blocks.append(_confidence_alert(int(run.campaign["workload"].get("repeats", 1))))
+    return blocks
+
+
+def _campaign_line(run: Run) -> Paragraph:
+    workload = run.campaign["workload"]
+    return Paragraph(
+        f"Engine `{run.campaign['engine']}`, model `{run.campaign['model']}`. Workload: `{workload['api']}`, "
+        f"{workload['input_len']} tokens in, {workload['output_len']} out, concurrency "
+        f"{', '.join(map(str, workload['concurrency']))}, {workload.get('repeats', 1)} repeat(s)."
+    )
+
+
+# --- tables ----------------------------------------------------------------------------------------------
+
+
+def _at(line: Headline, level: Level | None, key: str, digits: int = 1) -> str:
+    return figure(level.estimate(key) if level else None, digits)
+
+
+def headline_table(headlines: Sequence[Headline], label: Label) -> Table:
+    header = [
+        "config",
+        "status",
+        "out tok/s at lowest C",
+        "peak out tok/s",
+        "peak at C",
+        "peak tok/s per GPU",
+        "TTFT p50 / p99 ms, lowest C",
+        "TPOT p50 ms, lowest C",
+        "TTFT p50 / p99 ms, peak",
+        "TPOT p50 ms, peak",
+        "failed requests",
+    ]
+    rows = []
+    for line in headlines:
+        first, peak = line.first, line.peak
+        per_gpu = line.per_gpu(peak) if peak else []
+        rows.append(
+            [
+                label(line.result),
+                line.result.state,
+                (f"C={first.concurrency}: " if first and first.concurrency != 1 else "")
+                + _at(line, first, THROUGHPUT),
+                _at(line, peak, THROUGHPUT),
+                str(peak.concurrency) if peak else "-",
+                figure(estimate(per_gpu) if per_gpu else None),
+                f"{_at(line, first, 'median_ttft_ms')} / {_at(line, first, 'p99_ttft_ms')}",
+                _at(line, first, "median_tpot_ms", 2),
+                f"{_at(line, peak, 'median_ttft_ms')} / {_at(line, peak, 'p99_ttft_ms')}",
+                _at(line, peak, "median_tpot_ms", 2),
+                str(line.errors),
+            ]
+        )
+    return Table(header, rows, [False, False, *[True] * (len(header) - 2)])
+
+
+LEVEL_COLUMNS = (
+    ("out tok/s", THROUGHPUT, 1),
+    ("steady out tok/s", "steady_output_throughput", 1),
+    ("tok/s per user", "per_user_tps", 1),
+    ("TTFT p50 ms", "median_ttft_ms", 1),
+    ("TTFT p99 ms", "p99_ttft_ms", 1),
+    ("TPOT p50 ms", "median_tpot_ms", 2),
+    ("ITL p50 ms", "median_itl_ms", 2),
+    ("E2E p50 ms", "median_e2e_latency_ms", 1),
+    ("completed", "completed", 0),
+    ("failed", "failed", 0),
+)
+
+
+def level_table(line: Headline) -> Table:
+    header = ["C", "repeats", *(title for title, _, _ in LEVEL_COLUMNS)]
+    rows = [
+        [str(level.concurrency), str(len(level.points))]
+        + [figure(level.estimate(key), digits) for _, key, digits in LEVEL_COLUMNS]
+        for level in line.levels
+    ]
+    return Table(header, rows, [True] * len(header))
+
+
+def _comparison_list(headlines: Sequence[Headline], label: Label) -> BulletList:
+    by_pair: dict[tuple[int, int], list[str]] = {}
+    for pair in pairwise(headlines):
+        level_a, level_b = pair.a.level(pair.figure), pair.b.level(pair.figure)
+        where = f"C={level_a.concurrency}" if pair.figure == "first" else "peak"
+        if pair.figure == "peak":
+            where += f" (C={level_a.concurrency} vs C={level_b.concurrency})"
+        text = f"{where}: {change(pair.comparison)}"
+        by_pair.setdefault(
+            (id(pair.a), id(pair.b)), [f"**{label(pair.a.result)}** vs **{label(pair.b.result)}**"]
+        )
+        by_pair[(id(pair.a), id(pair.b))].append(text)
+    return BulletList([f"{parts[0]}: output tok/s {'; '.join(parts[1:])}" for parts in by_pair.values()])
+
+
+# --- what differed ---------------------------------------------------------------------------------------
+
+
+def difference_blocks(pairs: Sequence[PairDifferences], label: Label, heading_level: int) -> list[Block]:
+    blocks: list[Block] = []
+    identical = []
+    for pair in pairs:
+        title = f"{label(pair.a)} vs {label(pair.b)}"
+        if not pair.differences and not pair.not_compared:
+            identical.append(title)
+            continue
+        blocks.append(Heading(heading_level, title))
+        if pair.not_compared:
+            blocks.append(Paragraph("Not compared: " + "; ".join(pair.not_compared) + "."))
+        if pair.differences:
+            rows = [
+                [
+                    difference.verdict.upper() if difference.verdict == "threat" else difference.verdict,
+                    difference.source,
+                    f"`{difference.name}`",
+                    setting_value(difference.value_a),
+                    setting_value(difference.value_b),
+                ]
+                for difference in sorted(pair.differences, key=lambda item: item.verdict != "threat")
+            ]
+            header = ["verdict", "source", "setting", label(pair.a), label(pair.b)]
+            blocks.append(Table(header, rows, [False] * 5))
+    if identical:
+        blocks.append(Paragraph("Identical in every compared setting: " + "; ".join(identical) + "."))
+    return blocks
+
+
+def ignored_fields_table() -> Table:
+    rows = [
+        [source, f"`{name}`", reason]
+        for source, fields in IGNORED_FIELDS.items()
+        for name, reason in fields.items()
+    ]
+    return Table(["source", "field", "why it is not compared"], rows, [False, False, False])
+
+
+def _differences_intro(between: str) -> Paragraph:
+    return Paragraph(
+        f"Every effective setting that differs {between}: the server's `/server_info` (defaults included), "
+        "the unit's `Environment=` lines, host.json and sweep.json. **intended**: declared in campaign.json; "
+        "**derived**: computed by the server from its GPUs' memory; **THREAT**: anything else."
+    )
+
+
+# --- failures --------------------------------------------------------------------------------------------
+
+
+def failure_blocks(results: Sequence[ConfigResult], label: Label) -> list[Block]:
+    blocks: list[Block] = []
+    for result in results:
+        if result.ok:
+            continue
+        blocks.append(Heading(3, f"{label(result)}: {result.state}"))
+        stage = result.status.get("stage") or "unknown"
+        reason = result.status.get("reason") or "no reason recorded"
+        blocks.append(
+            BulletList(
+                [
+                    f"stage: `{stage}`",
+                    f"reason: {reason}",
+                    f"results: `{result.path}`",
+                    f"points: {len(result.points)}",
+                ]
+            )
+        )
+        if result.journal_excerpt:
+            blocks += [Paragraph("Journal excerpt:"), Preformatted("\n".join(result.journal_excerpt))]
+        else:
+            blocks.append(Paragraph("No journal excerpt was saved."))
+    return blocks
+
+
+# --- the reports -----------------------------------------------------------------------------------------
+
+
+def run_blocks(
+    run: Run, headlines: Sequence[Headline], pairs: Sequence[PairDifferences], plots: Sequence[Path]
+) -> list[Block]:
+    label = _labeller(run.results)
+    blocks: list[Block] = [Heading(1, f"{run.name}: run {run.run_id}"), _campaign_line(run)]
+    blocks += _first_screen(run, pairs, label)
+    blocks += [Heading(2, "Headline"), headline_table(headlines, label)]
+    blocks += [Heading(3, "Comparisons"), _comparison_list(headlines, label)]
+    blocks += [
+        Heading(2, "Plots"),
+        *(Figure(path, _PLOT_CAPTIONS.get(path.name, path.stem)) for path in plots),
+    ]
+    blocks += [Heading(2, "What differed"), _differences_intro("between each pair of configs (and hosts)")]
+    blocks += difference_blocks(pairs, label, 3)
+    blocks += [Heading(3, "Not compared, and why"), ignored_fields_table()]
+    blocks.append(Heading(2, "Every concurrency level"))
+    for line in headlines:
+        blocks += [
+            Heading(3, label(line.result)),
+            level_table(line) if line.levels else Paragraph("No points."),
+        ]
+    failures = failure_blocks(run.results, label)
+    if failures:
+        blocks += [Heading(2, "Failed configs"), *failures]
+    return blocks
+
+
+_PLOT_CAPTIONS = {
+    "throughput.png": "Aggregate output throughput against concurrency",
+    "pareto.png": "Per-user decode speed against aggregate throughput, with the Pareto frontier",
+    "latency.png": "TTFT p50, TTFT p99 and TPOT p50 against concurrency",
+}
+
+
+def comparison_blocks(
+    run_a: Run,
+    run_b: Run,
+    headlines: tuple[Sequence[Headline], Sequence[Headline]],
+    pairs: Sequence[PairDifferences],
+    plots: Sequence[Path],
+) -> list[Block]:
+    """Run B against run A: the same config on the same host, side by side, and what differed between them."""
+    label = _labeller([*run_a.results, *run_b.results])
+
+    def in_run(run: Run) -> Label:
+        return lambda result: f"{label(result)} ({run.run_id})"
+
+    def owner(result: ConfigResult) -> str:
+        return in_run(run_a if any(result is other for other in run_a.results) else run_b)(result)
+
+    blocks: list[Block] = [Heading(1, f"{run_b.name}: run {run_b.run_id} against run {run_a.run_id}")]
+    blocks += (
+        [_campaign_line(run_a), _campaign_line(run_b)]
+        if run_a.campaign != run_b.campaign
+        else [_campaign_line(run_b)]
+    )
+    blocks.append(
+        _threat_alert(
+            pairs,
+            owner,
+            "{count} setting(s) differ between the runs without campaign.json saying so: if one is the "
+            "change under test, the comparison measures it; any other is a threat.",
+        )
+    )
+    for run in (run_a, run_b):
+        failed = _failed_alert(run.results, in_run(run))
+        if failed:
+            blocks.append(failed)
+    repeats = min(int(run.campaign["workload"].get("repeats", 1)) for run in (run_a, run_b))
+    blocks.append(_confidence_alert(repeats))
+    in_b = {(line.result.host, line.result.name): line for line in headlines[1]}
+    rows = []
+    for line_a in headlines[0]:
+        line_b = in_b.get((line_a.result.host, line_a.result.name))
+        if line_b is None:
+            continue
+        row = [label(line_a.result), f"{line_a.result.state} / {line_b.result.state}"]
+        for figure_name in ("first", "peak"):
+            if line_a.peak is None or line_b.peak is None:
+                row += ["-", "-", "-"]
+                continue
+            level_a, level_b = line_a.level(figure_name), line_b.level(figure_name)
+            row += [
+                f"{figure(level_a.estimate(THROUGHPUT))} (C={level_a.concurrency})",
+                f"{figure(level_b.estimate(THROUGHPUT))} (C={level_b.concurrency})",
+                change(compare(level_b.values(THROUGHPUT), level_a.values(THROUGHPUT))),
+            ]
+        rows.append(row)
+    header = ["config", "status A / B"]
+    for where in ("lowest C", "peak"):
+        header += [
+            f"out tok/s {where}, {run_a.run_id}",
+            f"out tok/s {where}, {run_b.run_id}",
+            f"B vs A, {where}",
+        ]
+    blocks += [Heading(2, "Side by side"), Table(header, rows, [False, False, *[True] * 6])]
+    blocks += [
+        Heading(2, "Plots"),
+        *(Figure(path, _PLOT_CAPTIONS.get(path.name, path.stem)) for path in plots),
+    ]
+    blocks += [
+        Heading(2, "What differed between the runs"),
+        _differences_intro("between the two runs of each config"),
+    ]
+    blocks += difference_blocks(pairs, owner, 3)
+    blocks += [Heading(3, "Not compared, and why"), ignored_fields_table()]
+    for run, lines in zip((run_a, run_b), headlines, strict=True):
+        blocks += [Heading(2, f"Headline of run {run.run_id}"), headline_table(lines, label)]
+        failures = failure_blocks(run.results, label)
+        if failures:
+            blocks += [Heading(3, f"Failed configs of run {run.run_id}"), *failures]
+    return blocks

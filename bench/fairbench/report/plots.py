@@ -1,0 +1,185 @@
+"""The report's plots, as PNG files: throughput, per-user speed against throughput, latency.
+
+matplotlib is imported only here, and only when a plot is drawn (``fairbench sweep`` never imports it);
+figures are drawn on the Agg canvas directly, without pyplot's global state. Each config keeps one colour
+in every plot; a second host or run of the same config keeps the colour and changes the line style.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from fairbench.report.summary import THROUGHPUT, Level, pareto_frontier
+from fairbench.stats import Estimate
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+COLORS = (
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
+    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+)  # fmt: skip
+"""matplotlib's tab10, red moved second so that the first two configs never pair blue with orange."""
+LINE_STYLES = ("-", "--", ":", "-.")
+DPI = 110
+
+
+@dataclass(frozen=True)
+class Line:
+    """One config (on one host, of one run) as the plots draw it."""
+
+    label: str
+    color: str
+    style: str
+    levels: list[Level]
+
+    def series(self, key: str) -> tuple[list[int], list[Estimate]]:
+        """Concurrency levels that have ``key``, and its estimate at each."""
+        found = [(level.concurrency, level.estimate(key)) for level in self.levels]
+        pairs = [(concurrency, value) for concurrency, value in found if value is not None]
+        return [concurrency for concurrency, _ in pairs], [value for _, value in pairs]
+
+
+def color_of(config: str, configs: Sequence[str]) -> str:
+    """The colour of ``config``: by its place among the campaign's configs."""
+    index = list(configs).index(config) if config in configs else len(configs)
+    return COLORS[index % len(COLORS)]
+
+
+def _figure(width: float, height: float, columns: int = 1) -> tuple[Figure, list[Axes]]:
+    from matplotlib.figure import Figure  # noqa: PLC0415 - lazy: see the module docstring
+
+    figure = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    axes = figure.subplots(1, columns, squeeze=False)[0]
+    return figure, list(axes)
+
+
+def _concurrency_axis(axes: Axes, lines: Sequence[Line]) -> None:
+    levels = sorted({level.concurrency for line in lines for level in line.levels})
+    axes.set_xscale("log", base=2)
+    axes.set_xticks(levels, [str(level) for level in levels])
+    axes.minorticks_off()
+    axes.set_xlabel("concurrency (requests in flight, log2 scale)")
+    axes.grid(True, which="major", alpha=0.3)
+
+
+def _draw(axes: Axes, line: Line, key: str, *, marker: str = "o") -> None:
+    concurrency, estimates = line.series(key)
+    errors = [value.half_width or 0.0 for value in estimates]
+    axes.errorbar(
+        concurrency,
+        [value.mean for value in estimates],
+        yerr=errors if any(errors) else None,
+        color=line.color,
+        linestyle=line.style,
+        marker=marker,
+        markersize=4,
+        capsize=3,
+        label=line.label,
+    )
+
+
+def _save(figure: Figure, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=DPI)
+    return path
+
+
+def throughput_plot(lines: Sequence[Line], path: Path) -> Path:
+    figure, (axes,) = _figure(8, 5)
+    for line in lines:
+        _draw(axes, line, THROUGHPUT)
+    _concurrency_axis(axes, lines)
+    axes.set_ylabel("aggregate output throughput (tokens/s)")
+    axes.set_ylim(bottom=0)
+    axes.set_title("Output throughput against concurrency (mean, 95 % CI with repeats)")
+    axes.legend()
+    return _save(figure, path)
+
+
+def pareto_plot(lines: Sequence[Line], path: Path) -> Path:
+    figure, (axes,) = _figure(8, 5.5)
+    every_point = []
+    for line in lines:
+        levels = [
+            (level.concurrency, level.estimate(THROUGHPUT), level.estimate("per_user_tps"))
+            for level in line.levels
+        ]
+        drawn = [(c, x.mean, y.mean) for c, x, y in levels if x is not None and y is not None]
+        every_point += [(x, y) for _, x, y in drawn]
+        axes.plot(
+            [x for _, x, _ in drawn],
+            [y for _, _, y in drawn],
+            color=line.color,
+            linestyle=line.style,
+            marker="o",
+            markersize=4,
+            label=line.label,
+        )
+        for concurrency, x, y in drawn:
+            axes.annotate(
+                f"C={concurrency}",
+                (x, y),
+                textcoords="offset points",
+                xytext=(4, 4),
+                fontsize=7,
+                color=line.color,
+            )
+    frontier = pareto_frontier(every_point)
+    axes.plot(
+        [x for x, _ in frontier],
+        [y for _, y in frontier],
+        color="black",
+        linestyle="--",
+        linewidth=1,
+        label="Pareto frontier (all configs)",
+        zorder=0,
+    )
+    axes.set_xlabel("aggregate output throughput (tokens/s)")
+    axes.set_ylabel("per-user decode speed (tokens/s per user, 1000 / median TPOT)")
+    axes.set_xlim(left=0)
+    axes.set_ylim(bottom=0)
+    axes.grid(True, alpha=0.3)
+    axes.set_title("Per-user speed against aggregate throughput (each point one concurrency level)")
+    axes.legend()
+    return _save(figure, path)
+
+
+def latency_plot(lines: Sequence[Line], path: Path) -> Path:
+    figure, axes_row = _figure(15, 4.8, columns=3)
+    panels = [
+        ("median_ttft_ms", "TTFT p50 (ms, log scale)", "Time to first token, median"),
+        ("p99_ttft_ms", "TTFT p99 (ms, log scale)", "Time to first token, 99th percentile"),
+        ("median_tpot_ms", "TPOT p50 (ms per output token)", "Time per output token, median"),
+    ]
+    for axes, (key, label, title) in zip(axes_row, panels, strict=True):
+        for line in lines:
+            _draw(axes, line, key)
+        _concurrency_axis(axes, lines)
+        if "ttft" in key:
+            axes.set_yscale("log")
+        else:
+            axes.set_ylim(bottom=0)
+        axes.set_ylabel(label)
+        axes.set_title(title)
+    axes_row[0].legend()
+    return _save(figure, path)
+
+
+PLOTS = {
+    "throughput.png": throughput_plot,
+    "pareto.png": pareto_plot,
+    "latency.png": latency_plot,
+}
+
+
+def render_plots(lines: Sequence[Line], plots_dir: Path) -> list[Path]:
+    """Every plot of ``lines`` into ``plots_dir``; none when no line has a point."""
+    drawn = [line for line in lines if line.levels]
+    if not drawn:
+        return []
+    return [plot(drawn, plots_dir / name) for name, plot in PLOTS.items()]

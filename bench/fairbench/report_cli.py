@@ -1,0 +1,46 @@
+"""``fairbench report RESULTS_DIR [RESULTS_DIR_B] [--out DIR]``: the fair comparison of a run, or of two runs.
+
+With one run directory (``results/<campaign>/<run_id>``) the report compares its configs and is written
+into that directory; with two runs of one campaign it compares each config of the second run with the
+same config of the first, and is written into ``<RESULTS_DIR_B>/against-<run_id of A>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from fairbench.cli import UsageError
+from fairbench.report.build import write_report
+from fairbench.report.load import load_run
+from fairbench.results import ResultsError
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "results_dir", type=Path, metavar="RESULTS_DIR", help="a run: results/<campaign>/<run_id>"
+    )
+    parser.add_argument(
+        "results_dir_b",
+        type=Path,
+        nargs="?",
+        metavar="RESULTS_DIR_B",
+        help="a second run of the same campaign, compared against the first",
+    )
+    parser.add_argument("--out", type=Path, help="where to write the report (default: see above)")
+
+
+def run(args: argparse.Namespace) -> int:
+    paths = [path for path in (args.results_dir, args.results_dir_b) if path is not None]
+    try:
+        runs = [load_run(path) for path in paths]
+    except ResultsError as exc:
+        raise UsageError(str(exc)) from None
+    if len(runs) == 2 and runs[0].name != runs[1].name:
+        raise UsageError(
+            f"{paths[0]} and {paths[1]} are runs of different campaigns ({runs[0].name}, {runs[1].name})"
+        )
+    default_out = paths[0] if len(runs) == 1 else paths[1] / f"against-{runs[0].run_id}"
+    for path in write_report(runs, args.out or default_out):
+        print(path)
+    return 0

@@ -1,0 +1,247 @@
+"""``fairbench report`` on results trees built from real sweeps against ``fairbench sim``.
+
+Three runs of the demo campaign's configs, with a short workload and time scaling (tests/support/
+results_tree.py): ``fair`` (tp8, tp8-nccl, ep4, ep8; two repeats), ``unfair`` (one repeat; tp8's server
+ran with decode CUDA graphs disabled, which campaign.json does not declare, and ep8's server crashes
+mid-sweep) and ``rerun`` (the unfair campaign again: tp8 now with CUDA graphs, ep4 with an extra NCCL
+variable in its unit, ep8 never run). Expected figures are computed here from points.jsonl.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from statistics import mean, stdev
+
+import pytest
+from tests.support.results_tree import REPO, Deviation, build_run, campaign_from
+
+DEMO = REPO / "campaigns" / "demo.yml"
+# Short enough for seconds per config; 32 tokens in keeps prefill small next to decode, where the
+# layouts differ; at C=64 the K2.6 profile predicts EP4 > EP8 > TP8, at C=1 TP8 fastest.
+WORKLOAD = {"input_len": 32, "output_len": 64, "prompts_per_level": "1x", "warmup": "1x"}
+T_975_DF1 = 12.706
+
+
+def _report(*args: Path) -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "fairbench", "report", *map(str, args)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("results")
+    fair = campaign_from(
+        DEMO,
+        configs=["tp8", "tp8-nccl", "ep4", "ep8"],
+        workload={**WORKLOAD, "concurrency": [1, 8, 64], "repeats": 2},
+        sim={"sim-time-scale": 0.1},
+    )
+    unfair = campaign_from(
+        DEMO,
+        configs=["tp8", "ep4", "ep8"],
+        workload={**WORKLOAD, "concurrency": [1, 8], "repeats": 1},
+        sim={"sim-time-scale": 0.05},
+    )
+    no_cuda_graphs = Deviation(flags=("--cuda-graph-backend-decode", "disabled"))
+    built = {
+        "fair": build_run(root, fair, "fair"),
+        "unfair": build_run(
+            root,
+            unfair,
+            "unfair",
+            deviations={"tp8": no_cuda_graphs, "ep8": Deviation(fault="crash-after=20")},
+        ),
+        "rerun": build_run(
+            root, unfair, "rerun", deviations={"ep4": Deviation(env={"NCCL_ALGO": "Ring"})}, skip=("ep8",)
+        ),
+    }
+    for name in ("fair", "unfair"):
+        _report(built[name])
+    _report(built["unfair"], built["rerun"])
+    return built
+
+
+def _section(markdown: str, heading: str) -> str:
+    """The text under ``heading`` up to the next heading of the same or a higher level."""
+    level = heading.split(" ", maxsplit=1)[0]
+    start = markdown.index(heading + "\n")
+    rest = markdown[start + len(heading) + 1 :]
+    ends = [rest.find(f"\n{'#' * size} ") for size in range(1, len(level) + 1)]
+    return rest[: min([end for end in ends if end >= 0], default=len(rest))]
+
+
+def _table(section: str) -> dict[str, dict[str, str]]:
+    """A Markdown table's rows by their first cell, each as {header: cell}."""
+    lines = [line for line in section.splitlines() if line.startswith("|")]
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
+    return {row[0]: dict(zip(header, row, strict=True)) for row in rows}
+
+
+def _points(run: Path, config: str) -> list[dict[str, float]]:
+    lines = (run / "lab1" / config / "points.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def _by_level(points: list[dict[str, float]], key: str) -> dict[int, list[float]]:
+    levels: dict[int, list[float]] = {}
+    for point in points:
+        levels.setdefault(int(point["max_concurrency"]), []).append(point[key])
+    return levels
+
+
+def _mean_ci(values: list[float], digits: int = 1) -> str:
+    """Two repeats: mean ± t(0.975, 1) * s / sqrt(2)."""
+    assert len(values) == 2
+    half = T_975_DF1 * stdev(values) / math.sqrt(2)
+    return f"{mean(values):,.{digits}f} ± {half:,.{digits}f}"
+
+
+def _value(cell: str) -> float:
+    return float(cell.split(" ± ", maxsplit=1)[0].rsplit(": ", maxsplit=1)[-1].replace(",", ""))
+
+
+def test_the_headline_shows_each_configs_figures_computed_from_its_points(runs: dict[str, Path]) -> None:
+    report = (runs["fair"] / "report.md").read_text()
+    table = _table(_section(report, "## Headline"))
+    for config in ("tp8", "tp8-nccl", "ep4", "ep8"):
+        points = _points(runs["fair"], config)
+        throughput = _by_level(points, "output_throughput")
+        peak = max(throughput, key=lambda level: mean(throughput[level]))
+        row = table[config]
+        assert row["status"] == "ok"
+        assert row["out tok/s at lowest C"] == _mean_ci(throughput[1])
+        assert row["peak out tok/s"] == _mean_ci(throughput[peak])
+        assert row["peak at C"] == str(peak)
+        # No --gpus in the sweep: per GPU is the throughput over /server_info's tp_size (8).
+        assert row["peak tok/s per GPU"] == _mean_ci([value / 8 for value in throughput[peak]])
+        ttft = _by_level(points, "median_ttft_ms")
+        ttft_p99 = _by_level(points, "p99_ttft_ms")
+        assert row["TTFT p50 / p99 ms, peak"] == f"{_mean_ci(ttft[peak])} / {_mean_ci(ttft_p99[peak])}"
+        assert row["TPOT p50 ms, lowest C"] == _mean_ci(_by_level(points, "median_tpot_ms")[1], 2)
+        assert row["failed requests"] == str(sum(int(point["failed"]) for point in points))
+    levels = _table(_section(report, "### ep4"))
+    assert levels["64"]["out tok/s"] == _mean_ci(
+        _by_level(_points(runs["fair"], "ep4"), "output_throughput")[64]
+    )
+
+
+def test_the_demo_configs_keep_the_k26_profiles_ordering(runs: dict[str, Path]) -> None:
+    table = _table(_section((runs["fair"] / "report.md").read_text(), "## Headline"))
+    at_c1 = {config: _value(table[config]["out tok/s at lowest C"]) for config in table}
+    peak = {config: _value(table[config]["peak out tok/s"]) for config in table}
+    # C=1: TP8's low per-step cost wins by ~40 % in the profile.
+    assert at_c1["tp8"] > at_c1["ep4"] > at_c1["ep8"]
+    # Peak: EP's small per-request cost wins by ~20 % (EP4 ahead of EP8 by ~5 % in the profile).
+    assert peak["ep4"] > peak["tp8"] and peak["ep8"] > peak["tp8"]
+    assert peak["ep4"] > 0.97 * peak["ep8"]
+
+
+def test_with_repeats_figures_carry_intervals_and_comparisons_say_whether_they_are_noise(
+    runs: dict[str, Path],
+) -> None:
+    report = (runs["fair"] / "report.md").read_text()
+    assert "2 repeats: figures are mean ± 95 % confidence interval" in report
+    comparisons = _section(report, "### Comparisons")
+    lines = [line for line in comparisons.splitlines() if line.startswith("- ")]
+    assert len(lines) == 6  # every pair of four configs
+    for line in lines:
+        assert line.count("(significant)") + line.count("(within noise)") == 2, line
+    tp8_vs_ep4 = next(line for line in lines if line.startswith("- **tp8** vs **ep4**"))
+    assert "C=1: +" in tp8_vs_ep4 and "C=1: +" in tp8_vs_ep4.split("(significant)")[0]
+
+
+def test_declared_differences_are_intended_and_nothing_is_flagged_in_a_fair_run(
+    runs: dict[str, Path],
+) -> None:
+    report = (runs["fair"] / "report.md").read_text()
+    assert "No undeclared differences" in report
+    assert "| THREAT |" not in _section(report, "## What differed")
+    assert "| intended | environment | `NCCL_PROTO` | (absent) | LL |" in _section(
+        report, "### tp8 vs tp8-nccl"
+    )
+    assert "| intended | server | `ep_size` | 1 | 4 |" in report
+
+
+def test_an_undeclared_cuda_graph_difference_is_flagged_on_the_first_screen(runs: dict[str, Path]) -> None:
+    report = (runs["unfair"] / "report.md").read_text()
+    first_screen = report[: report.index("## Headline")]
+    assert len(first_screen.splitlines()) < 25
+    assert "[!CAUTION]" in first_screen and "Not a fair comparison" in first_screen
+    assert "server `cuda_graph_backend_decode`: tp8: `disabled`; ep4, ep8: `none`" in first_screen
+    assert "| THREAT | server | `cuda_graph_backend_decode` | disabled | none |" in report
+    assert "One repeat: the run-to-run spread was not measured" in first_screen
+    assert "(one repeat: not tested)" in _section(report, "### Comparisons")
+
+
+def test_a_failed_config_shows_its_stage_and_journal(runs: dict[str, Path]) -> None:
+    report = (runs["unfair"] / "report.md").read_text()
+    first_screen = report[: report.index("## Headline")]
+    assert "**ep8**: failed at stage `sweep`" in first_screen
+    failed = _section(report, "## Failed configs")
+    assert "### ep8: failed" in failed and "stage: `sweep`" in failed
+    assert "fault crash-after=20: crashing" in failed
+    assert _table(_section(report, "## Headline"))["ep8"]["status"] == "failed"
+
+
+def test_two_runs_are_compared_side_by_side_with_what_differed_between_them(runs: dict[str, Path]) -> None:
+    out = runs["rerun"] / "against-unfair"
+    report = (out / "report.md").read_text()
+    first_screen = report[: report.index("## Side by side")]
+    assert "server `cuda_graph_backend_decode`: tp8 (unfair): `disabled`; tp8 (rerun): `none`" in first_screen
+    assert "environment `NCCL_ALGO`: ep4 (unfair): `(absent)`; ep4 (rerun): `Ring`" in first_screen
+    side = _table(_section(report, "## Side by side"))
+    assert side["ep8"]["status A / B"] == "failed / missing"
+    unfair_c1 = _by_level(_points(runs["unfair"], "tp8"), "output_throughput")[1][0]
+    rerun_c1 = _by_level(_points(runs["rerun"], "tp8"), "output_throughput")[1][0]
+    assert side["tp8"]["out tok/s lowest C, unfair"] == f"{unfair_c1:,.1f} (C=1)"
+    assert side["tp8"]["B vs A, lowest C"].startswith(f"{(rerun_c1 - unfair_c1) / unfair_c1 * 100:+.1f} %")
+    assert sorted(path.name for path in (out / "plots").iterdir()) == [
+        "latency.png",
+        "pareto.png",
+        "throughput.png",
+    ]
+
+
+def test_the_html_report_is_self_contained_and_opens_in_headless_chromium(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    page = runs["unfair"] / "report.html"
+    html = page.read_text()
+    assert html.count('src="data:image/png;base64,') == 3
+    assert 'src="http' not in html and "<script" not in html
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if chromium is None:
+        pytest.skip("no chromium on this machine (apt-get install -y chromium)")
+    screenshot = tmp_path / "report.png"
+    result = subprocess.run(
+        [
+            chromium,
+            *("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run"),
+            *("--disable-background-networking", "--disable-component-update", "--disable-sync"),
+            *("--enable-logging=stderr", "--v=0", f"--user-data-dir={tmp_path / 'profile'}"),
+            "--window-size=1400,2000",
+            f"--screenshot={screenshot}",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "CONSOLE" not in result.stderr, result.stderr
+    assert screenshot.stat().st_size > 20_000  # a rendered page, not a blank one
