@@ -7,10 +7,17 @@ import shlex
 import sys
 
 from fairbench.campaign import Campaign, CampaignError, load_campaign
+from fairbench.sglang_parser import SGLangParserError, check_campaign
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="+", metavar="FILE", help="campaign YAML file")
+    parser.add_argument(
+        "--sglang-parser",
+        metavar="VENV",
+        help="also parse every config's launch arguments with SGLang's own parser, from this venv "
+        "(one with sglang installed; no GPU needed)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -24,7 +31,24 @@ def run(args: argparse.Namespace) -> int:
             failed = True
         else:
             print("\n".join(summary_lines(campaign)))
+            if args.sglang_parser and not sglang_parser_ok(args.sglang_parser, campaign):
+                failed = True
     return 1 if failed else 0
+
+
+def sglang_parser_ok(venv: str, campaign: Campaign) -> bool:
+    """Prints SGLang's verdict on each config; False when it rejects any (or cannot run)."""
+    try:
+        results = check_campaign(venv, campaign)
+    except SGLangParserError as exc:
+        print(f"error: {campaign.source}: {exc}", file=sys.stderr)
+        return False
+    for name, error in results.items():
+        if error is None:
+            print(f"  sglang parser: {name}: ok")
+        else:
+            print(f"error: {campaign.source}: configs.{name}: SGLang's parser: {error}", file=sys.stderr)
+    return all(error is None for error in results.values())
 
 
 def summary_lines(campaign: Campaign) -> list[str]:

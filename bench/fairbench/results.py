@@ -20,6 +20,10 @@ from fairbench.records import RequestRecord
 POINTS_FILE = "points.jsonl"
 REQUESTS_DIR = "requests"
 SWEEP_FILE = "sweep.json"
+# A campaign run (results/<campaign>/<run_id>/) holds CAMPAIGN_FILE, and one sweep directory per
+# host and config with a STATUS_FILE beside the sweep's own files.
+CAMPAIGN_FILE = "campaign.json"
+STATUS_FILE = "status.json"
 
 
 class ResultsError(Exception):

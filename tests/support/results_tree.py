@@ -28,8 +28,9 @@ from typing import Any
 
 import yaml
 
-from fairbench.ansible_support import CAMPAIGN_FILE, STATUS_FILE, host_facts
+from fairbench.ansible_support import host_facts
 from fairbench.campaign import Campaign, ServingConfig, parse_campaign
+from fairbench.results import CAMPAIGN_FILE, STATUS_FILE
 
 REPO = Path(__file__).resolve().parents[2]
 FAIRBENCH = [sys.executable, "-m", "fairbench"]

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fairbench.ansible_support import CAMPAIGN_FILE, STATUS_FILE
-from fairbench.results import POINTS_FILE, SWEEP_FILE, ResultsDir, ResultsError
+from fairbench.results import CAMPAIGN_FILE, POINTS_FILE, STATUS_FILE, SWEEP_FILE, ResultsDir, ResultsError
 
 SERVER_INFO_FILE = "server_info.json"
 HOST_FILE = "host.json"

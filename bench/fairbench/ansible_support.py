@@ -1,0 +1,209 @@
+"""The package side of the Ansible modules in ``library/``: they parse arguments, call these, return JSON.
+
+The campaign layer (DESIGN.md, "Layout") keeps every decision in the package: how a campaign's workload
+becomes a sweep, when a server counts as healthy or dead, and what a host reports about itself.
+``sweep``, ``wait_until_healthy`` and ``host_facts`` run on a GPU host inside fairbench's own venv.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import platform
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fairbench import __version__
+from fairbench.campaign import Workload
+from fairbench.progress import Progress
+from fairbench.results import ResultsDir, point_id
+from fairbench.sweep import Sweep, SweepSpec
+from fairbench.workload import WorkloadSpec
+
+SWEEP_LOG = "sweep.log"
+"""Progress lines of every sweep call on a results directory (``tail -f`` it during a long sweep)."""
+HEALTH_PATH = "/health_generate"
+HEALTH_REQUEST_TIMEOUT_S = 30.0
+"""One probe: SGLang's /health_generate itself gives up after 20 s (SGLANG_HEALTH_CHECK_TIMEOUT)."""
+HEALTH_POLL_INTERVAL_S = 1.0
+
+# Point keys shown in a sweep's per-level summary.
+SUMMARY_KEYS = (
+    "point_id",
+    "max_concurrency",
+    "repeat",
+    "completed",
+    "failed",
+    "output_throughput",
+    "median_ttft_ms",
+    "median_tpot_ms",
+    "per_user_tps",
+    "stopped_early",
+)
+
+
+class ServingError(Exception):
+    """The server did not become healthy: it died, or the start timeout passed. The message says which."""
+
+
+# --- the sweep ------------------------------------------------------------------------------------
+
+
+def sweep_spec(
+    workload: Workload, url: str, *, model: str | None = None, gpus: int | None = None
+) -> SweepSpec:
+    """The sweep that drives one server with a campaign's workload."""
+    return SweepSpec(
+        url=url,
+        workload=WorkloadSpec(
+            input_len=workload.input_len,
+            output_len=workload.output_len,
+            dataset=workload.dataset,
+            seed=workload.seed,
+            as_text=workload.api == "chat",
+        ),
+        concurrency=list(workload.concurrency),
+        api=workload.api,
+        prompts_per_level=str(workload.prompts_per_level.to_json()),
+        warmup=str(workload.warmup.to_json()),
+        repeats=workload.repeats,
+        model=model,
+        gpus=gpus,
+    )
+
+
+@dataclass(frozen=True)
+class SweepOutcome:
+    """What a sweep call did to a results directory, and what the directory now holds."""
+
+    planned: list[str]
+    """Point ids that were missing when the call began: measured by it, or (check mode) to be measured."""
+    written: list[str]
+    """Point ids this call wrote."""
+    levels: list[dict[str, Any]]
+    """Every point in the directory, reduced to SUMMARY_KEYS."""
+    problems: list[str]
+    """Points whose requests failed: a point is only trusted when every request completed."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "planned": self.planned,
+            "written": self.written,
+            "levels": self.levels,
+            "problems": self.problems,
+        }
+
+
+def sweep(spec: SweepSpec, out: Path, *, check: bool) -> SweepOutcome:
+    """Measure the points missing from ``out`` (a resume when some exist); with ``check``, only plan them.
+
+    Raises ``ResultsError`` (``out`` holds points of other settings) and ``ServerUnreachable``.
+    """
+    results = ResultsDir(out)
+    if check:
+        runner = Sweep(spec, results, Progress(sys.stderr, live=False))
+        planned = [point_id(level, repeat) for level, repeat in runner.plan(results.completed_ids())]
+        return _outcome(results, planned, [])
+    out.mkdir(parents=True, exist_ok=True)
+    before = results.completed_ids()
+    with (out / SWEEP_LOG).open("a", encoding="utf-8") as log:
+        runner = Sweep(spec, results, Progress(log, live=False))
+        planned = [point_id(level, repeat) for level, repeat in runner.plan(before)]
+        written = asyncio.run(runner.run(resume=True))
+    return _outcome(results, planned, [point["point_id"] for point in written])
+
+
+def _outcome(results: ResultsDir, planned: list[str], written: list[str]) -> SweepOutcome:
+    points = results.points()
+    problems = [
+        f"{point['point_id']}: {point['completed']} of {point['num_prompts']} requests completed"
+        + (", stopped early at the error-rate limit" if point.get("stopped_early") else "")
+        for point in points
+        if point.get("failed") or point.get("stopped_early") or not point.get("completed")
+    ]
+    levels = [{key: point.get(key) for key in SUMMARY_KEYS} for point in points]
+    return SweepOutcome(planned=planned, written=written, levels=levels, problems=problems)
+
+
+# --- the server -----------------------------------------------------------------------------------
+
+
+def unit_state(unit: str) -> dict[str, str]:
+    """systemd's view of a unit: ActiveState, SubState, Result, ExecMainStatus."""
+    shown = subprocess.run(
+        ["systemctl", "show", unit, "--property=ActiveState,SubState,Result,ExecMainStatus"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return dict(line.split("=", 1) for line in shown.stdout.splitlines() if "=" in line)
+
+
+def _get(url: str, timeout_s: float) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return int(response.status), bytes(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def wait_until_healthy(base_url: str, unit: str, timeout_s: float) -> dict[str, Any]:
+    """Poll ``/health_generate`` until it answers 200; returns ``/server_info``.
+
+    Between probes the unit's state is read, so a server that dies while loading fails at once
+    (``ServingError``) instead of after the whole timeout, which is an hour for a large model.
+    """
+    deadline = time.monotonic() + timeout_s
+    last_answer = "no answer yet"
+    while True:
+        state = unit_state(unit)
+        if state.get("ActiveState") not in ("active", "activating", "reloading"):
+            raise ServingError(
+                f"{unit} is {state.get('ActiveState')} ({state.get('SubState')}, "
+                f"result {state.get('Result')}, exit status {state.get('ExecMainStatus')}) "
+                f"before {HEALTH_PATH} answered"
+            )
+        try:
+            status, body = _get(base_url + HEALTH_PATH, min(HEALTH_REQUEST_TIMEOUT_S, timeout_s))
+        except (OSError, urllib.error.URLError) as exc:
+            last_answer = f"{type(exc).__name__}: {exc}"
+        else:
+            if status == 200:
+                break
+            last_answer = f"HTTP {status}: {body[:200].decode(errors='replace')}"
+        if time.monotonic() >= deadline:
+            raise ServingError(
+                f"{base_url}{HEALTH_PATH} not healthy after {timeout_s:g} s (last: {last_answer})"
+            )
+        time.sleep(HEALTH_POLL_INTERVAL_S)
+    status, body = _get(base_url + "/server_info", HEALTH_REQUEST_TIMEOUT_S)
+    if status != 200:
+        raise ServingError(f"{base_url}/server_info answered HTTP {status}")
+    info: dict[str, Any] = json.loads(body)
+    return info
+
+
+def host_facts() -> dict[str, Any]:
+    """What host.json records about the machine a config ran on (GPU facts are added by their own issue)."""
+    try:
+        os_name = platform.freedesktop_os_release().get("PRETTY_NAME", platform.system())
+    except OSError:
+        os_name = platform.system()
+    return {
+        "hostname": platform.node(),
+        "os": os_name,
+        "kernel": platform.release(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "python_executable": sys.executable,
+        "fairbench": __version__,
+    }
+
+
+# --- the run, on the control node -----------------------------------------------------------------

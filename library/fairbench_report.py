@@ -1,0 +1,70 @@
+#!/usr/bin/python
+"""Ansible module fairbench_report: render a fetched run's report on the control node (fairbench report)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ansible.module_utils.basic import AnsibleModule
+
+try:
+    from fairbench.report.build import write_report
+    from fairbench.report.load import load_run
+    from fairbench.results import ResultsError
+except ImportError as exc:
+    FAIRBENCH_IMPORT_ERROR = (
+        f"fairbench is not importable: use the Python of the venv running ansible-playbook: {exc}"
+    )
+else:
+    FAIRBENCH_IMPORT_ERROR = ""
+
+DOCUMENTATION = r"""
+module: fairbench_report
+short_description: Render a fetched fairbench run into report.md, report.html and plots
+description:
+  - Runs on the control node with a Python that imports fairbench (with its report extra).
+  - Reads results/<campaign>/<run_id> and writes report.md, report.html and plots/*.png there, as
+    C(fairbench report RUN_DIR) does.
+  - Always C(changed) outside check mode (the report is rewritten); check mode writes nothing and
+    still names the failed configs.
+options:
+  run_dir:
+    description: The run's results directory on the control node.
+    type: path
+    required: true
+"""
+
+EXAMPLES = r"""
+- name: Render the report
+  fairbench_report:
+    run_dir: results/demo/20250101T000000Z
+"""
+
+RETURN = r"""
+paths:
+  description: The files written (empty in check mode).
+  type: list
+failed_configs:
+  description: host/config of every config whose status is not ok.
+  type: list
+"""
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={"run_dir": {"type": "path", "required": True}}, supports_check_mode=True
+    )
+    if FAIRBENCH_IMPORT_ERROR:
+        module.fail_json(msg=FAIRBENCH_IMPORT_ERROR)
+    run_dir = Path(module.params["run_dir"])
+    try:
+        run = load_run(run_dir)
+    except ResultsError as exc:
+        module.fail_json(msg=str(exc))
+    failed = [f"{result.host}/{result.name}" for result in run.results if not result.ok]
+    paths = [] if module.check_mode else [str(path) for path in write_report([run], run_dir)]
+    module.exit_json(changed=not module.check_mode, paths=paths, failed_configs=failed)
+
+
+if __name__ == "__main__":
+    main()

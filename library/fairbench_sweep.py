@@ -1,0 +1,120 @@
+#!/usr/bin/python
+"""Ansible module fairbench_sweep: run a campaign's workload against one server on a GPU host."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ansible.module_utils.basic import AnsibleModule
+
+try:
+    from fairbench.ansible_support import sweep, sweep_spec
+    from fairbench.campaign import CampaignError, Workload
+    from fairbench.client import ServerUnreachable
+    from fairbench.results import ResultsError
+except ImportError as exc:
+    FAIRBENCH_IMPORT_ERROR = (
+        f"fairbench is not importable: use fairbench's venv Python (ansible_python_interpreter): {exc}"
+    )
+else:
+    FAIRBENCH_IMPORT_ERROR = ""
+
+DOCUMENTATION = r"""
+module: fairbench_sweep
+short_description: Run a fairbench concurrency sweep against one server
+description:
+  - Runs on the GPU host with fairbench's venv as its Python (C(ansible_python_interpreter)).
+  - Measures every point of the workload that C(out) does not hold yet (resume semantics), writing
+    points.jsonl, requests/ and sweep.json there as they complete.
+  - C(changed) only when new points were written. In check mode it returns the plan and runs nothing.
+  - Fails when any point of C(out) has failed requests, so a crashed server is never reported as done.
+options:
+  url:
+    description: The server's base URL.
+    type: str
+    required: true
+  workload:
+    description: The campaign's workload, as fairbench_campaign returns it.
+    type: dict
+    required: true
+  out:
+    description: The results directory of this config.
+    type: path
+    required: true
+  model:
+    description: Model name for the OpenAI APIs (default the server's, from /v1/models).
+    type: str
+  gpus:
+    description: GPUs behind the server, for per-GPU throughput.
+    type: int
+"""
+
+EXAMPLES = r"""
+- name: Sweep
+  fairbench_sweep:
+    url: http://127.0.0.1:30000
+    workload: "{{ fairbench_campaign.workload }}"
+    out: /var/lib/fairbench/results/demo/run1/tp8
+  vars:
+    ansible_python_interpreter: /opt/fairbench/venv/bin/python
+"""
+
+RETURN = r"""
+planned:
+  description: Point ids missing when the task began (measured, or in check mode to be measured).
+  type: list
+written:
+  description: Point ids written by this task.
+  type: list
+levels:
+  description: Every point of the directory, with its throughput and latency medians.
+  type: list
+problems:
+  description: Points with failed requests.
+  type: list
+"""
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "url": {"type": "str", "required": True},
+            "workload": {"type": "dict", "required": True},
+            "out": {"type": "path", "required": True},
+            "model": {"type": "str"},
+            "gpus": {"type": "int"},
+        },
+        supports_check_mode=True,
+    )
+    if FAIRBENCH_IMPORT_ERROR:
+        module.fail_json(msg=FAIRBENCH_IMPORT_ERROR)
+    params = module.params
+    try:
+        workload = Workload.from_json(params["workload"], "workload argument")
+    except CampaignError as exc:
+        module.fail_json(msg="\n".join(exc.messages), errors=exc.messages)
+    spec = sweep_spec(workload, params["url"], model=params["model"], gpus=params["gpus"])
+    try:
+        outcome = sweep(spec, Path(params["out"]), check=module.check_mode)
+    except (ResultsError, ServerUnreachable) as exc:
+        module.fail_json(msg=str(exc))
+    result = outcome.to_json()
+    changed = bool(outcome.planned if module.check_mode else outcome.written)
+    # --diff shows the points as lines of points.jsonl: those there before, and those measured (or planned).
+    before = [level["point_id"] for level in outcome.levels if level["point_id"] not in outcome.written]
+    after = before + (outcome.planned if module.check_mode else outcome.written)
+    result["diff"] = {
+        "before": "".join(f"{point}\n" for point in before),
+        "after": "".join(f"{point}\n" for point in after),
+        "before_header": f"{params['out']}/points.jsonl",
+        "after_header": f"{params['out']}/points.jsonl",
+    }
+    if outcome.problems:
+        module.fail_json(
+            msg="points with failed requests: " + "; ".join(outcome.problems), changed=changed, **result
+        )
+    module.exit_json(changed=changed, **result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""SGLang's own parser judges every shipped campaign (``fairbench validate --sglang-parser``).
+
+The parser needs SGLang 0.5.23, not a GPU: a venv with the CPU torch (``torch==2.13.0``, on this machine's
+disk), ``sglang==0.5.23 --no-deps`` and the few packages ``sglang.srt.server_args`` imports. It is built once
+under ~/.cache/fairbench/sglang-parser-venv (``FAIRBENCH_SGLANG_PARSER_VENV`` names another, or an existing
+one) and reused. Where it cannot be built the tests are skipped with the reason - except in CI (``CI`` set),
+where that is a failure: the check must run there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fairbench import campaign as campaign_module
+from fairbench import campaign_cli
+from fairbench.campaign import load_campaign
+from fairbench.sglang_parser import check_campaign, parse_argvs, venv_python
+
+REPO = Path(__file__).resolve().parents[2]
+CAMPAIGNS = sorted((REPO / "campaigns").glob("*.yml"))
+SGLANG_VERSION = "0.5.23"
+TORCH = "torch==2.13.0"
+# What `import sglang.srt.server_args` and ServerArgs.add_cli_args import, found one ModuleNotFoundError at a
+# time (sglang 0.5.23, Python 3.11); everything else of SGLang's dependencies is left out.
+SERVER_ARGS_IMPORTS = [
+    "aiohttp", "IPython", "msgspec", "numpy", "orjson", "packaging", "pillow", "psutil", "pybase64",
+    "pydantic", "pyzmq", "requests", "starlette", "tqdm", "triton",
+]  # fmt: skip
+VENV = Path(
+    os.environ.get(
+        "FAIRBENCH_SGLANG_PARSER_VENV", Path.home() / ".cache" / "fairbench" / "sglang-parser-venv"
+    )
+)
+BUILD_TIMEOUT_S = 1800
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"SGLang's parser venv is required in CI: {reason}")
+    pytest.skip(f"SGLang's parser venv cannot be built here: {reason}")
+
+
+def _parser_ready(venv: Path) -> bool:
+    if not venv_python(venv).exists():
+        return False
+    probe = [str(venv_python(venv)), "-c", "import sglang.srt.server_args"]
+    return subprocess.run(probe, capture_output=True, check=False, timeout=300).returncode == 0
+
+
+def _build(venv: Path) -> None:
+    pip = [str(venv_python(venv)), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    steps = [
+        [sys.executable, "-m", "venv", "--clear", str(venv)],
+        [*pip, TORCH],
+        [*pip, "--no-deps", f"sglang=={SGLANG_VERSION}"],
+        [*pip, *SERVER_ARGS_IMPORTS],
+    ]
+    for step in steps:
+        done = subprocess.run(step, capture_output=True, text=True, check=False, timeout=BUILD_TIMEOUT_S)
+        if done.returncode != 0:
+            tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-5:])
+            _unavailable(f"`{' '.join(step)}` failed:\n{tail}")
+
+
+@pytest.fixture(scope="module")
+def sglang_venv() -> Path:
+    if sys.version_info < (3, 11):
+        _unavailable(f"SGLang {SGLANG_VERSION} needs Python >= 3.11, this is {sys.version.split()[0]}")
+    if not _parser_ready(VENV):
+        start = time.monotonic()
+        VENV.parent.mkdir(parents=True, exist_ok=True)
+        _build(VENV)
+        if not _parser_ready(VENV):
+            _unavailable(f"{VENV}: `import sglang.srt.server_args` still fails after the build")
+        print(f"built {VENV} in {time.monotonic() - start:.0f} s")
+    return VENV
+
+
+@pytest.mark.parametrize("path", CAMPAIGNS, ids=[path.name for path in CAMPAIGNS])
+def test_every_config_of_every_campaign_parses(sglang_venv: Path, path: Path) -> None:
+    campaign = load_campaign(str(path))
+    results = check_campaign(sglang_venv, campaign)
+    assert set(results) == set(campaign.configs)
+    assert {name: error for name, error in results.items() if error is not None} == {}
+
+
+def test_removed_and_ambiguous_flags_are_rejected(sglang_venv: Path) -> None:
+    """The campaign model itself refuses enable-ep-moe, so the parser gets raw argvs here."""
+    base = ["--model-path", "moonshotai/Kimi-K2.6", "--tp-size", "8"]
+    results = parse_argvs(
+        sglang_venv,
+        {
+            "enable-ep-moe": [*base, "--enable-ep-moe"],
+            "cuda-graph-max-bs": [*base, "--cuda-graph-max-bs", "256"],
+            "ep-size": [*base, "--ep-size", "8"],
+        },
+    )
+    assert results["enable-ep-moe"] is not None
+    assert "unrecognized arguments: --enable-ep-moe" in results["enable-ep-moe"]
+    assert results["cuda-graph-max-bs"] is not None
+    assert "ambiguous option: --cuda-graph-max-bs" in results["cuda-graph-max-bs"]
+    assert results["ep-size"] is None
+
+
+def test_validate_cli_fails_for_a_campaign_using_enable_ep_moe(
+    sglang_venv: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`fairbench validate --sglang-parser`: the shipped campaign passes; the same campaign with enable-ep-moe
+    fails. The model's own rule against enable-ep-moe is lifted here, so that SGLang's parser is the judge."""
+    shipped = REPO / "campaigns" / "kimi-k2.6-pcie.yml"
+    assert campaign_cli.run(argparse.Namespace(files=[str(shipped)], sglang_parser=str(sglang_venv))) == 0
+    assert "sglang parser: ep8: ok" in capsys.readouterr().out
+
+    monkeypatch.delitem(campaign_module._REJECTED_ARGS, "enable-ep-moe")
+    bad = tmp_path / "ep-moe.yml"
+    bad.write_text(
+        shipped.read_text().replace(
+            "ep8:       {args: {tp-size: 8, ep-size: 8}}",
+            "ep8:       {args: {tp-size: 8, ep-size: 8, enable-ep-moe: true}}",
+        )
+    )
+    assert campaign_cli.run(argparse.Namespace(files=[str(bad)], sglang_parser=str(sglang_venv))) == 1
+    err = capsys.readouterr().err
+    assert (
+        "configs.ep8: SGLang's parser: sglang.launch_server: error: unrecognized arguments: --enable-ep-moe"
+        in err
+    )
+    assert "configs.tp8:" not in err

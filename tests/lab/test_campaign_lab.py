@@ -1,0 +1,269 @@
+"""The campaign layer end to end: playbooks/site.yml on the lab hosts (tests/lab/lab.sh up 2).
+
+One campaign (tests/lab/campaign-short.yml: two of demo.yml's layouts and a server that crashes, on a fast
+simulator) runs once for the module; the tests read its results tree, then re-run parts of it. Results go
+to a temporary directory (``-e bench_results_root=...``), never into results/. Skipped when no lab is up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fairbench.campaign import load_campaign
+
+pytestmark = pytest.mark.lab
+
+REPO = Path(__file__).resolve().parents[2]
+INVENTORY = Path(os.environ.get("FAIRBENCH_LAB_INVENTORY", REPO / "inventory" / "lab.yml"))
+CAMPAIGN = "tests/lab/campaign-short.yml"
+GOOD_CONFIGS = ("tp8", "ep4-nccl")
+CRASHING_CONFIG = "crash"
+NEVER_STARTING_CONFIG = "no-start"
+PLAYBOOK_TIMEOUT_S = 600
+
+
+@dataclass(frozen=True)
+class PlaybookRun:
+    returncode: int
+    output: str
+
+    def recap(self) -> dict[str, dict[str, int]]:
+        """PLAY RECAP: per host, its counters (ok, changed, failed, ...)."""
+        found: dict[str, dict[str, int]] = {}
+        for line in self.output.split("PLAY RECAP", 1)[-1].splitlines():
+            match = re.match(r"(\S+)\s+:\s+(.*)", line)
+            if match:
+                found[match[1]] = {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", match[2])}
+        return found
+
+
+@dataclass(frozen=True)
+class CampaignRun:
+    run_id: str
+    results_root: Path
+    hosts: list[str]
+    first: PlaybookRun
+
+    @property
+    def run_dir(self) -> Path:
+        return self.results_root / "labtest" / self.run_id
+
+    def config_dir(self, host: str, config: str) -> Path:
+        return self.run_dir / host / config
+
+
+def _lab_hosts() -> list[str]:
+    """The hosts of inventory/lab.yml whose sshd answers; skips the module when there are fewer than two."""
+    if not INVENTORY.is_file():
+        pytest.skip(f"lab not up: no {INVENTORY} (run tests/lab/lab.sh up 2)")
+    group = yaml.safe_load(INVENTORY.read_text())["all"]["children"]["gpu_hosts"]
+    hosts = group.get("hosts") or {}
+    up = []
+    for name, hostvars in hosts.items():
+        try:
+            with socket.create_connection(("127.0.0.1", int(hostvars["ansible_port"])), timeout=1):
+                up.append(name)
+        except OSError:
+            pass
+    if len(up) < 2:
+        pytest.skip("lab not up: needs two lab hosts answering SSH (tests/lab/lab.sh up 2)")
+    return up
+
+
+def _ansible_bin(name: str) -> str:
+    beside = Path(sys.executable).parent / name
+    found = str(beside) if beside.exists() else shutil.which(name)
+    if found is None:
+        pytest.skip(f"{name} not installed (make venv)")
+    return found
+
+
+def ansible_playbook(playbook: str, *args: str) -> PlaybookRun:
+    argv = [_ansible_bin("ansible-playbook"), "-i", str(INVENTORY), playbook, *args]
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    result = subprocess.run(
+        argv, capture_output=True, text=True, cwd=REPO, env=env, timeout=PLAYBOOK_TIMEOUT_S, check=False
+    )
+    return PlaybookRun(result.returncode, result.stdout + result.stderr)
+
+
+def ansible_command(host: str, command: str, tree: Path) -> dict[str, object]:
+    """One command on one lab host through Ansible; its result (rc, stdout, stderr)."""
+    argv = [_ansible_bin("ansible"), "-i", str(INVENTORY), host, "-m", "ansible.builtin.command"]
+    argv += ["-a", command, "--tree", str(tree)]
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
+    subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=env, timeout=120, check=False)
+    result: dict[str, object] = json.loads((tree / host).read_text())
+    return result
+
+
+@pytest.fixture(scope="module")
+def campaign_run(tmp_path_factory: pytest.TempPathFactory) -> CampaignRun:
+    hosts = _lab_hosts()
+    results_root = tmp_path_factory.mktemp("results")
+    run_id = time.strftime("pytest-%Y%m%dT%H%M%S", time.gmtime())
+    first = ansible_playbook(
+        "playbooks/site.yml", "-e", f"campaign={CAMPAIGN}", "-e", f"run_id={run_id}",
+        "-e", f"bench_results_root={results_root}",
+    )  # fmt: skip
+    return CampaignRun(run_id, results_root, hosts, first)
+
+
+def _points(config_dir: Path) -> list[dict[str, object]]:
+    lines = (config_dir / "points.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def test_every_good_config_has_a_point_for_every_level_on_every_host(campaign_run: CampaignRun) -> None:
+    levels = load_campaign(REPO / CAMPAIGN).workload.concurrency
+    for host in campaign_run.hosts:
+        for config in GOOD_CONFIGS:
+            config_dir = campaign_run.config_dir(host, config)
+            status = json.loads((config_dir / "status.json").read_text())
+            assert status["status"] == "ok", f"{host}/{config}: {status}\n{campaign_run.first.output[-3000:]}"
+            points = _points(config_dir)
+            assert [point["max_concurrency"] for point in points] == list(levels), f"{host}/{config}"
+            for point in points:
+                assert point["completed"] == point["num_prompts"], f"{host}/{config}: {point['point_id']}"
+                assert (config_dir / "requests" / f"{point['point_id']}.jsonl.gz").is_file()
+            assert json.loads((config_dir / "sweep.json").read_text())["concurrency"] == list(levels)
+
+
+def test_units_server_info_and_host_facts_are_captured(campaign_run: CampaignRun) -> None:
+    campaign = load_campaign(REPO / CAMPAIGN)
+    serving_ports = {
+        name: hostvars["serving_port"]
+        for name, hostvars in yaml.safe_load(INVENTORY.read_text())["all"]["children"]["gpu_hosts"][
+            "hosts"
+        ].items()
+    }
+    for host in campaign_run.hosts:
+        for config in (*GOOD_CONFIGS, CRASHING_CONFIG):
+            config_dir = campaign_run.config_dir(host, config)
+            unit = (config_dir / "unit.service").read_text()
+            exec_start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
+            expected_argv = " ".join(campaign.configs[config].argv)
+            assert f"/bin/fairbench sim {expected_argv} --host 127.0.0.1 --port {serving_ports[host]}" in (
+                exec_start
+            )
+            for name, value in campaign.configs[config].env.items():
+                assert f'Environment="{name}={value}"' in unit
+            server_info = json.loads((config_dir / "server_info.json").read_text())
+            assert server_info["model_path"] == campaign.model
+            assert server_info["tp_size"] == 8
+            host_facts = json.loads((config_dir / "host.json").read_text())
+            assert host_facts["hostname"] == host
+            assert host_facts["os"].startswith("Debian")
+            assert "fairbench sim" in (config_dir / "journal.log").read_text()
+    expected = campaign.to_json() | {"source": CAMPAIGN}  # named as on the command line
+    assert json.loads((campaign_run.run_dir / "campaign.json").read_text()) == expected
+
+
+def test_a_crashing_server_is_marked_failed_with_its_journal_and_the_next_config_runs(
+    campaign_run: CampaignRun,
+) -> None:
+    assert campaign_run.first.returncode != 0, "site.yml must fail when a config failed"
+    for host in campaign_run.hosts:
+        assert f"{host}/{CRASHING_CONFIG}" in campaign_run.first.output
+        status = json.loads((campaign_run.config_dir(host, CRASHING_CONFIG) / "status.json").read_text())
+        assert status["status"] == "failed"
+        assert status["stage"] == "sweep"
+        assert "c4-r0" in status["reason"]
+        journal = "\n".join(status["journal_tail"])
+        assert "crash-after=20: crashing" in journal
+        assert "status=1/FAILURE" in journal
+        # The level before the crash was measured; the config after it ran (see the test above).
+        assert _points(campaign_run.config_dir(host, CRASHING_CONFIG))[0]["completed"] == 16
+    report = (campaign_run.run_dir / "report.md").read_text()
+    assert re.search(rf"\| {CRASHING_CONFIG} \| \S+ \| failed \| sweep \|", report)
+    assert "Report: " in campaign_run.first.output
+
+
+def test_a_server_that_dies_at_start_fails_the_health_stage_at_once(campaign_run: CampaignRun) -> None:
+    for host in campaign_run.hosts:
+        config_dir = campaign_run.config_dir(host, NEVER_STARTING_CONFIG)
+        status = json.loads((config_dir / "status.json").read_text())
+        assert status["status"] == "failed"
+        assert status["stage"] == "health"
+        assert "is failed" in status["reason"]  # the unit's state, long before start_timeout_s
+        assert "no profile 'no-such-profile'" in "\n".join(status["journal_tail"])
+        assert (config_dir / "unit.service").is_file()
+        assert not (config_dir / "points.jsonl").exists()
+
+
+def test_every_rendered_unit_passes_systemd_analyze_verify(campaign_run: CampaignRun, tmp_path: Path) -> None:
+    campaign = load_campaign(REPO / CAMPAIGN)
+    units = " ".join(f"/etc/systemd/system/{config.unit}" for config in campaign.configs.values())
+    for host in campaign_run.hosts:
+        result = ansible_command(host, f"systemd-analyze verify {units}", tmp_path)
+        # verify reports unknown keys and bad values on stderr only, with exit status 0.
+        assert (result["rc"], result["stderr"]) == (0, ""), f"{host}: {result['stderr']}"
+
+
+def test_deploying_again_changes_nothing(campaign_run: CampaignRun) -> None:
+    again = ansible_playbook(
+        "playbooks/campaign.yml", "--tags", "deploy", "-e", f"campaign={CAMPAIGN}",
+        "-e", f"run_id={campaign_run.run_id}", "-e", f"bench_results_root={campaign_run.results_root}",
+    )  # fmt: skip
+    assert again.returncode == 0, again.output[-3000:]
+    recap = again.recap()
+    changed_tasks = [
+        section.split("]")[0] for section in again.output.split("TASK [")[1:] if "\nchanged: [" in section
+    ]
+    for host in campaign_run.hosts:
+        assert recap[host]["changed"] == 0, f"changed: {changed_tasks}"
+        assert recap[host]["failed"] == 0
+
+
+def test_rerunning_the_same_run_id_writes_no_new_points(campaign_run: CampaignRun) -> None:
+    configs = (*GOOD_CONFIGS, CRASHING_CONFIG)
+    before = {
+        (host, config): (campaign_run.config_dir(host, config) / "points.jsonl").read_bytes()
+        for host in campaign_run.hosts
+        for config in configs
+    }
+    again = ansible_playbook(
+        "playbooks/campaign.yml", "-e", f"campaign={CAMPAIGN}", "-e", f"run_id={campaign_run.run_id}",
+        "-e", f"bench_results_root={campaign_run.results_root}",
+    )  # fmt: skip
+    after = {key: (campaign_run.config_dir(*key) / "points.jsonl").read_bytes() for key in before}
+    assert after == before
+    # Nothing was left to measure but for the server that never started: no other server was started.
+    for config in configs:
+        starts = again.output.split(f"TASK [Start fairbench-labtest-{config}.service]")[1:]
+        assert all("included:" not in start.split("TASK [")[0] for start in starts), config
+    for host in campaign_run.hosts:
+        assert (
+            json.loads((campaign_run.config_dir(host, "tp8") / "status.json").read_text())["status"] == "ok"
+        )
+        crashed = json.loads((campaign_run.config_dir(host, CRASHING_CONFIG) / "status.json").read_text())
+        assert crashed["status"] == "failed"
+        assert "crash-after=20: crashing" in "\n".join(crashed["journal_tail"])
+    # The crashed config is still failed, so campaign.yml still fails.
+    assert again.returncode != 0
+
+
+def test_check_mode_plans_a_new_run_without_running_it(campaign_run: CampaignRun, tmp_path: Path) -> None:
+    run_id = f"{campaign_run.run_id}-check"
+    check = ansible_playbook(
+        "playbooks/campaign.yml", "--check", "--diff", "-e", f"campaign={CAMPAIGN}", "-e", f"run_id={run_id}",
+        "-e", f"bench_results_root={campaign_run.results_root}",
+    )  # fmt: skip
+    assert check.returncode == 0, check.output[-3000:]
+    assert "+c16-r0" in check.output  # --diff shows the points a new run would measure
+    assert not (campaign_run.results_root / "labtest" / run_id).exists()
+    for host in campaign_run.hosts:
+        listing = ansible_command(host, f"ls /var/lib/fairbench/results/labtest/{run_id}", tmp_path)
+        assert listing["rc"] != 0, f"{host}: check mode wrote results"
