@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test lint perf clean lab-up lab-down demo
+.PHONY: venv test lint perf clean lab-up lab-down lab-test demo
 
 venv: $(STAMP)
 
@@ -19,9 +19,15 @@ test: $(STAMP)
 	$(BIN)/pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check bench tests
-	$(BIN)/ruff format --check bench tests
+	$(BIN)/ruff check bench tests library
+	$(BIN)/ruff format --check bench tests library
 	$(BIN)/mypy
+	$(BIN)/yamllint .
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/ansible-lint
+
+# The tests that need lab hosts (make lab-up): provisioning first, as it needs hosts nothing has touched.
+lab-test: $(STAMP)
+	$(BIN)/pytest -m lab tests/lab/test_provision_lab.py tests/lab/test_lab_hosts.py tests/lab/test_campaign_lab.py
 
 perf: $(STAMP)
 	$(BIN)/python tests/perf/client_overhead.py
