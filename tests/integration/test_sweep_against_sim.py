@@ -9,9 +9,11 @@ About time scales. ``predict_point`` models a closed loop whose client costs not
 reaches the server at one instant, and the next wave the instant the last one ends. A real sweep on a
 2-core machine needs of the order of a millisecond of CPU per request to send one and to take in its end
 (more when other processes compete for the cores), so every wave of a point is longer than the model's
-by ~C milliseconds, and the point's first request reaches the server only after the client has sent the
-whole first wave. The model's durations are therefore stretched with ``--sim-time-scale`` until those
-milliseconds are 1-2 % of a wave, which leaves the 5 % tolerance for what the test is about.
+by ~C milliseconds, and a wave's requests reach the server spread over that time. The model's durations
+are therefore stretched with ``--sim-time-scale`` until those milliseconds are 1-2 % of a wave, which
+leaves the 5 % tolerance for what the tests are about; what remains of the client's share is measured
+from the simulator's trace and named where an expectation includes it. At C=256 the spread is seconds,
+so there the wave queues while the simulator "loads" (``--sim-load-seconds``), as the model has it.
 
 That the simulator rejects an unknown flag exactly as SGLang does (argparse's "unrecognized arguments",
 exit 2) is tested in tests/integration/test_sim_server.py and tests/unit/test_sim_args.py, not here.
