@@ -662,7 +662,14 @@ def test_shipped_campaigns_validate_without_warnings(path: Path) -> None:
     campaign = load_campaign(path)
     assert campaign.warnings == ()
     assert list(campaign.configs)[:2] == ["tp8", "tp8-nccl"]
-    assert {"tp8", "tp8-nccl", "ep4", "ep8", "ep8-eplb"} == set(campaign.configs)
+    assert {"tp8", "tp8-nccl", "ep4", "ep8", "ep8-eplb"} <= set(campaign.configs)
+
+
+def test_the_real_campaign_has_ep8_with_dflash_speculative_decoding() -> None:
+    config = load_campaign(CAMPAIGNS / "kimi-k2.6-pcie.yml").configs["ep8-dflash"]
+    assert config.extends == ("ep8",)
+    assert config.declared.args["speculative-algorithm"] == "DFLASH"
+    assert "--speculative-draft-model-path" in config.sglang_argv
 
 
 def test_the_real_campaign_keeps_cuda_graphs_equal_for_every_config() -> None:
