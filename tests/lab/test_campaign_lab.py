@@ -187,8 +187,11 @@ def test_a_crashing_server_is_marked_failed_with_its_journal_and_the_next_config
         # The level before the crash was measured; the config after it ran (see the test above).
         assert _points(campaign_run.config_dir(host, CRASHING_CONFIG))[0]["completed"] == 16
     report = (campaign_run.run_dir / "report.md").read_text()
-    assert re.search(rf"\| {CRASHING_CONFIG} \| \S+ \| failed \| sweep \|", report)
-    assert "Report: " in campaign_run.first.output
+    for host in campaign_run.hosts:
+        assert f"**{CRASHING_CONFIG}@{host}**: failed at stage `sweep`" in report
+        assert f"### {CRASHING_CONFIG}@{host}: failed" in report
+    assert "crash-after=20: crashing" in report  # the journal excerpt
+    assert re.search(r"Report: \S*report\.md", campaign_run.first.output)
 
 
 def test_a_server_that_dies_at_start_fails_the_health_stage_at_once(campaign_run: CampaignRun) -> None:
