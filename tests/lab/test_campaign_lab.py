@@ -11,7 +11,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -20,13 +19,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tests.support.lab_hosts import INVENTORY, answering_lab_hosts
 
 from fairbench.campaign import load_campaign
 
 pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
-INVENTORY = Path(os.environ.get("FAIRBENCH_LAB_INVENTORY", REPO / "inventory" / "lab.yml"))
 CAMPAIGN = "tests/lab/campaign-short.yml"
 GOOD_CONFIGS = ("tp8", "ep4-nccl")
 CRASHING_CONFIG = "crash"
@@ -64,24 +63,6 @@ class CampaignRun:
         return self.run_dir / host / config
 
 
-def _lab_hosts() -> list[str]:
-    """The hosts of inventory/lab.yml whose sshd answers; skips the module when there are fewer than two."""
-    if not INVENTORY.is_file():
-        pytest.skip(f"lab not up: no {INVENTORY} (run tests/lab/lab.sh up 2)")
-    group = yaml.safe_load(INVENTORY.read_text())["all"]["children"]["gpu_hosts"]
-    hosts = group.get("hosts") or {}
-    up = []
-    for name, hostvars in hosts.items():
-        try:
-            with socket.create_connection(("127.0.0.1", int(hostvars["ansible_port"])), timeout=1):
-                up.append(name)
-        except OSError:
-            pass
-    if len(up) < 2:
-        pytest.skip("lab not up: needs two lab hosts answering SSH (tests/lab/lab.sh up 2)")
-    return up
-
-
 def _ansible_bin(name: str) -> str:
     beside = Path(sys.executable).parent / name
     found = str(beside) if beside.exists() else shutil.which(name)
@@ -111,7 +92,7 @@ def ansible_command(host: str, command: str, tree: Path) -> dict[str, object]:
 
 @pytest.fixture(scope="module")
 def campaign_run(tmp_path_factory: pytest.TempPathFactory) -> CampaignRun:
-    hosts = _lab_hosts()
+    hosts = answering_lab_hosts()
     results_root = tmp_path_factory.mktemp("results")
     run_id = time.strftime("pytest-%Y%m%dT%H%M%S", time.gmtime())
     first = ansible_playbook(

@@ -19,7 +19,6 @@ import functools
 import http.server
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -30,11 +29,11 @@ from pathlib import Path
 import pytest
 import yaml
 from tests.lab.stub_repo import build_repo, build_wheelhouse
+from tests.support.lab_hosts import INVENTORY, answering_lab_hosts
 
 pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
-INVENTORY = Path(os.environ.get("FAIRBENCH_LAB_INVENTORY", REPO / "inventory" / "lab.yml"))
 PLAYBOOK = "playbooks/provision.yml"
 PLAYBOOK_TIMEOUT_S = 900
 SGLANG_VERSION = "0.5.23"
@@ -55,23 +54,6 @@ class PlaybookRun:
             if match and match[1] == host:
                 return {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", match[2])}
         raise AssertionError(f"no PLAY RECAP line for {host}:\n{self.output[-3000:]}")
-
-
-def _lab_hosts() -> list[str]:
-    """The inventory's hosts whose sshd answers; skips the module unless there are two."""
-    if not INVENTORY.is_file():
-        pytest.skip(f"lab not up: no {INVENTORY} (run tests/lab/lab.sh up 2)")
-    hosts = yaml.safe_load(INVENTORY.read_text())["all"]["children"]["gpu_hosts"].get("hosts") or {}
-    up = []
-    for name, hostvars in hosts.items():
-        try:
-            with socket.create_connection(("127.0.0.1", int(hostvars["ansible_port"])), timeout=1):
-                up.append(name)
-        except OSError:
-            pass
-    if len(up) < 2:
-        pytest.skip(f"lab not up: {len(up)} of the hosts in {INVENTORY} answer (run tests/lab/lab.sh up 2)")
-    return up[:2]
 
 
 def _tool(name: str) -> str:
@@ -107,7 +89,7 @@ def _require_fresh_lab_host(host: str) -> None:
 
 @pytest.fixture(scope="module")
 def hosts() -> list[str]:
-    found = _lab_hosts()
+    found = answering_lab_hosts()[:2]
     for host in found:
         _require_fresh_lab_host(host)
     return found

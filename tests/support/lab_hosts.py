@@ -1,0 +1,30 @@
+"""The lab hosts of tests/lab/lab.sh, as the lab tests find them."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+INVENTORY = Path(os.environ.get("FAIRBENCH_LAB_INVENTORY", REPO / "inventory" / "lab.yml"))
+
+
+def answering_lab_hosts() -> list[str]:
+    """The gpu_hosts of the lab inventory whose sshd answers; skips the caller's tests unless two do."""
+    if not INVENTORY.is_file():
+        pytest.skip(f"lab not up: no {INVENTORY} (run tests/lab/lab.sh up 2)")
+    hosts = yaml.safe_load(INVENTORY.read_text())["all"]["children"]["gpu_hosts"].get("hosts") or {}
+    up = []
+    for name, hostvars in hosts.items():
+        try:
+            with socket.create_connection(("127.0.0.1", int(hostvars["ansible_port"])), timeout=1):
+                up.append(name)
+        except OSError:
+            pass
+    if len(up) < 2:
+        pytest.skip(f"lab not up: {len(up)} of the hosts in {INVENTORY} answer (run tests/lab/lab.sh up 2)")
+    return up
