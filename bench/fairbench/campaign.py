@@ -28,6 +28,7 @@ Beyond DESIGN.md's example the file accepts:
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -79,13 +80,15 @@ _REJECTED_ARGS = {
     "tensor-parallel-size": "an alias: spell it tp-size",
     "expert-parallel-size": "an alias: spell it ep-size",
     "ep": "an alias: spell it ep-size",
+    "pipeline-parallel-size": "an alias: spell it pp-size",
+    "data-parallel-size": "an alias: spell it dp-size",
 }
 _DEPRECATED_ARGS = {
     "disable-cuda-graph": "deprecated in SGLang 0.5.23: use cuda-graph-backend-decode: disabled "
     "and cuda-graph-backend-prefill: disabled",
 }
-_POSITIVE_INT_ARGS = ("tp-size", "ep-size", "max-running-requests")
-_BOOL_ARGS = ("enable-eplb",)
+_POSITIVE_INT_ARGS = ("tp-size", "ep-size", "pp-size", "dp-size", "max-running-requests")
+_BOOL_ARGS = ("enable-eplb", "enable-dp-attention")
 _SGLANG_DEFAULTS = {"tp-size": 1, "ep-size": 1}
 
 T = TypeVar("T")
@@ -206,6 +209,10 @@ class ServingConfig:
     """``sglang.launch_server`` arguments: ``--model-path MODEL`` then ``args``, sorted by key."""
     argv: tuple[str, ...]
     """The engine's arguments: ``sglang_argv``, then the ``sim`` flags when the engine is sim."""
+    gpus: int
+    """GPUs its server occupies (``gpus_needed``): the campaign's preflight and per-GPU throughput use it."""
+    gpus_formula: str
+    """How ``gpus`` follows from the args, for messages: ``tp-size 2 x dp-size 4``."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -219,6 +226,8 @@ class ServingConfig:
             "sim": _flags_json(self.sim),
             "declared": self.declared.to_json(),
             "unset": self.unset.to_json(),
+            "gpus": self.gpus,
+            "gpus_formula": self.gpus_formula,
         }
 
 
@@ -285,6 +294,23 @@ def render_flags(flags: Mapping[str, ArgValue]) -> list[str]:
         else:
             argv.extend([f"--{key}", str(value)])
     return argv
+
+
+def gpus_needed(args: Mapping[str, ArgValue]) -> tuple[int, str]:
+    """GPUs one server of ``args`` occupies, and the formula that says why.
+
+    SGLang 0.5.23's world size (``compute_world_size`` in sglang/srt/server_args.py):
+    GPUs = tp-size x pp-size x dp-size, each 1 when absent. dp-size counts model replicas, except with the
+    deprecated ``enable-dp-attention``, which makes dp-size the number of attention-DP groups inside the
+    TP group (SGLang resolves it to ``attn-dp-size``): those add no GPUs. ep-size, attn-dp-size and the
+    other widths split the TP group and add none either. A value that breaks a rule (reported elsewhere)
+    counts as 1.
+    """
+    replicas = () if args.get("enable-dp-attention") is True else ("dp-size",)
+    sizes = {key: args.get(key, 1) for key in ("tp-size", "pp-size", *replicas)}
+    counted = {key: size if _is_int(size) and size > 0 else 1 for key, size in sizes.items()}
+    formula = " x ".join(f"{key} {size}" for key, size in counted.items() if key == "tp-size" or size > 1)
+    return math.prod(counted.values()), formula
 
 
 def unit_name(campaign: str, config: str) -> str:
@@ -709,6 +735,7 @@ def _serving_config(
     name = chain[-1]
     sglang_argv = ("--model-path", model, *render_flags(settings.args))
     sim_argv = render_flags(settings.sim) if engine == "sim" else []
+    gpus, gpus_formula = gpus_needed(settings.args)
     return ServingConfig(
         name=name,
         unit=unit_name(campaign, name),
@@ -728,6 +755,8 @@ def _serving_config(
         ),
         sglang_argv=sglang_argv,
         argv=(*sglang_argv, *sim_argv),
+        gpus=gpus,
+        gpus_formula=gpus_formula,
     )
 
 

@@ -629,8 +629,10 @@ def test_to_json_is_plain_data_with_every_config() -> None:
     assert data["common"]["args"]["cuda-graph-bs-decode"] == [1, 2]
     nccl = data["configs"]["tp8-nccl"]
     assert list(nccl) == [
-        "name", "unit", "extends", "argv", "sglang_argv", "env", "args", "sim", "declared", "unset",
+        "name", "unit", "extends", "argv", "sglang_argv", "env", "args", "sim", "declared", "unset", "gpus",
+        "gpus_formula",
     ]  # fmt: skip
+    assert (nccl["gpus"], nccl["gpus_formula"]) == (8, "tp-size 8")
     assert nccl["declared"] == {
         "args": {"tp-size": 8},
         "env": {"NCCL_MIN_NCHANNELS": "8", "NCCL_PROTO": "LL"},
@@ -638,6 +640,47 @@ def test_to_json_is_plain_data_with_every_config() -> None:
     }
     assert nccl["unset"] == {"args": [], "env": [], "sim": []}
     assert data["workload"]["prompts_per_level"] == "10x"
+
+
+@pytest.mark.parametrize(
+    ("args", "gpus", "formula"),
+    [
+        ({}, 1, "tp-size 1"),
+        ({"tp-size": 8, "ep-size": 4}, 8, "tp-size 8"),
+        ({"tp-size": 2, "pp-size": 2}, 4, "tp-size 2 x pp-size 2"),
+        ({"tp-size": 2, "dp-size": 4}, 8, "tp-size 2 x dp-size 4"),
+        ({"tp-size": 2, "pp-size": 2, "dp-size": 2}, 8, "tp-size 2 x pp-size 2 x dp-size 2"),
+        ({"dp-size": 2}, 2, "tp-size 1 x dp-size 2"),
+        # Data-parallel attention runs its dp ranks inside the TP group: no more GPUs.
+        ({"tp-size": 8, "dp-size": 8, "enable-dp-attention": True}, 8, "tp-size 8"),
+        ({"tp-size": 8, "dp-size": 2, "enable-dp-attention": False}, 16, "tp-size 8 x dp-size 2"),
+    ],
+)
+def test_each_config_knows_the_gpus_its_server_needs(
+    args: dict[str, ArgValue], gpus: int, formula: str
+) -> None:
+    config = parse(changed(("configs", {"c": {"args": args}}))).configs["c"]
+    assert (config.gpus, config.gpus_formula) == (gpus, formula)
+
+
+def test_the_gpus_of_a_config_count_what_it_inherits() -> None:
+    document = changed(("common.args.tp-size", 4), ("configs", {"dp2": {"args": {"dp-size": 2}}}))
+    assert parse(document).configs["dp2"].gpus == 8
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("pp-size", 0, "must be a positive integer, got 0"),
+        ("dp-size", "2", "must be a positive integer, got '2'"),
+        ("enable-dp-attention", "yes", "must be true or false, got 'yes'"),
+        ("pipeline-parallel-size", 2, "an alias: spell it pp-size"),
+        ("data-parallel-size", 2, "an alias: spell it dp-size"),
+    ],
+)
+def test_flags_that_set_the_gpu_count_are_checked(key: str, value: object, message: str) -> None:
+    error = only_error(changed((f"configs.tp8.args.{key}", value)))
+    assert error == f"{SOURCE}: configs.tp8.args.{key}: {message}"
 
 
 def test_a_workload_round_trips_through_json() -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from typing import Any
 
 from fairbench.report.load import ConfigResult, Run
@@ -55,6 +56,8 @@ IGNORED_FIELDS: dict[str, dict[str, str]] = {
     },
     "host": {
         "hostname": "names the host: two hosts differ in it by definition",
+        "gpu.gpus.*.uuid": "names one GPU: two GPUs differ in it by definition",
+        "gpu.gpus.*.pci_bus_id": "where a GPU sits on its host's PCI bus, which the link matrix describes",
     },
 }
 """Fields that differ between runs or hosts by their nature, with the reason each is not compared."""
@@ -135,7 +138,16 @@ def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def _ignored(source: str, name: str) -> bool:
     ignored = IGNORED_FIELDS.get(source, {})
-    return any(name == field or name.startswith(field + ".") for field in ignored)
+    return any(fnmatchcase(name, field) or name.startswith(field + ".") for field in ignored)
+
+
+def _gpus_by_index(host_info: Mapping[str, Any]) -> Mapping[str, Any]:
+    """host.json with its GPU list keyed by GPU index, so that each GPU's fields compare one by one."""
+    gpu = host_info.get("gpu")
+    if not isinstance(gpu, Mapping) or not isinstance(gpu.get("gpus"), list):
+        return host_info
+    gpus = {str(entry.get("index", number)): entry for number, entry in enumerate(gpu["gpus"])}
+    return {**host_info, "gpu": {**gpu, "gpus": gpus}}
 
 
 def settings(result: ConfigResult) -> dict[str, dict[str, Any] | None]:
@@ -143,7 +155,7 @@ def settings(result: ConfigResult) -> dict[str, dict[str, Any] | None]:
     raw: dict[str, Mapping[str, Any] | None] = {
         "server": result.server_info,
         "environment": result.environment,
-        "host": result.host_info,
+        "host": None if result.host_info is None else _gpus_by_index(result.host_info),
         "sweep": result.sweep_settings,
     }
     return {
