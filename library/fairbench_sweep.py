@@ -11,6 +11,7 @@ try:
     from fairbench.ansible_support import sweep, sweep_spec
     from fairbench.campaign import CampaignError, Workload
     from fairbench.client import ServerUnreachable
+    from fairbench.energy import GpuSelectionError
     from fairbench.results import ResultsError
 except ImportError as exc:
     FAIRBENCH_IMPORT_ERROR = (
@@ -47,6 +48,15 @@ options:
   gpus:
     description: GPUs behind the server, for per-GPU throughput.
     type: int
+  energy_gpus:
+    description:
+      - The GPUs whose energy counts in each point, by NVML index (as nvidia-smi numbers them); a list, or
+        a comma-separated string such as a config's C(CUDA_VISIBLE_DEVICES). CUDA numbers GPUs the same
+        way when they are all of one model, or with C(CUDA_DEVICE_ORDER=PCI_BUS_ID).
+      - Default every GPU the host's NVML sees. Without NVML (no nvidia-ml-py, no driver, no GPU) points
+        carry no energy fields; an index NVML does not see fails the task.
+    type: list
+    elements: int
 """
 
 EXAMPLES = r"""
@@ -83,6 +93,7 @@ def main() -> None:
             "out": {"type": "path", "required": True},
             "model": {"type": "str"},
             "gpus": {"type": "int"},
+            "energy_gpus": {"type": "list", "elements": "int"},
         },
         supports_check_mode=True,
     )
@@ -93,11 +104,15 @@ def main() -> None:
         workload = Workload.from_json(params["workload"], "workload argument")
     except CampaignError as exc:
         module.fail_json(msg="\n".join(exc.messages), errors=exc.messages)
-    spec = sweep_spec(workload, params["url"], model=params["model"], gpus=params["gpus"])
+    spec = sweep_spec(
+        workload, params["url"], model=params["model"], gpus=params["gpus"], energy_gpus=params["energy_gpus"]
+    )
     try:
         outcome = sweep(spec, Path(params["out"]), check=module.check_mode)
     except (ResultsError, ServerUnreachable) as exc:
         module.fail_json(msg=str(exc))
+    except GpuSelectionError as exc:
+        module.fail_json(msg=f"energy_gpus: {exc}")
     result = outcome.to_json()
     changed = bool(outcome.planned if module.check_mode else outcome.written)
     # --diff shows the points as lines of points.jsonl: those there before, and those measured (or planned).

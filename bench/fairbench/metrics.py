@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import operator
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from fairbench.records import RequestRecord
 
@@ -353,3 +353,43 @@ def point_metrics(
     metrics["failed"] = failed
     metrics["error_rate"] = failed / len(records) if records else 0.0
     return metrics
+
+
+# --- GPU energy of a point -------------------------------------------------------------------------
+
+
+def mean_power_w(energy_j: float, duration_s: float) -> float:
+    """Mean power over an interval, in watts: energy_j / duration_s."""
+    if not duration_s > 0:
+        raise ValueError(f"duration_s must be positive, got {duration_s}")
+    return energy_j / duration_s
+
+
+def output_tokens_per_joule(total_output_tokens: int, energy_j: float) -> float:
+    """Output tokens per joule of GPU energy: total_output_tokens / energy_j (the inverse of J per token)."""
+    if not energy_j > 0:
+        raise ValueError(f"energy_j must be positive, got {energy_j}")
+    return total_output_tokens / energy_j
+
+
+def energy_metrics(total_output_tokens: int, gpus: Mapping[int, tuple[float, float]]) -> dict[str, object]:
+    """A point's GPU energy figures from ``{GPU index: (energy_j, duration_s)}`` over its measured loop.
+
+    - gpu_energy_j = sum of energy_j over the GPUs
+    - gpu_energy_per_gpu_j = {"<index>": energy_j}, NVML's index as a string (JSON object keys are strings)
+    - gpu_mean_power_w = sum over the GPUs of :func:`mean_power_w` (energy_j / duration_s)
+    - output_tokens_per_j = :func:`output_tokens_per_joule` (total_output_tokens / gpu_energy_j),
+      only when gpu_energy_j > 0
+    No GPUs gives no figures (an empty dict), never zeros: a point measured without GPUs has no energy.
+    """
+    if not gpus:
+        return {}
+    total_j = math.fsum(energy_j for energy_j, _ in gpus.values())
+    figures: dict[str, object] = {
+        "gpu_energy_j": total_j,
+        "gpu_energy_per_gpu_j": {str(index): energy_j for index, (energy_j, _) in sorted(gpus.items())},
+        "gpu_mean_power_w": math.fsum(mean_power_w(*reading) for reading in gpus.values()),
+    }
+    if total_j > 0:
+        figures["output_tokens_per_j"] = output_tokens_per_joule(total_output_tokens, total_j)
+    return figures

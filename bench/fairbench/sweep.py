@@ -21,6 +21,7 @@ from typing import Any
 
 from fairbench import __version__
 from fairbench.client import ApiFormat, StreamClient
+from fairbench.energy import EnergySampler, EnergyUnavailable, GpuEnergy, optional_sampler, point_fields
 from fairbench.metrics import point_metrics
 from fairbench.progress import Progress
 from fairbench.records import RequestRecord
@@ -55,6 +56,11 @@ class SweepSpec:
     gpus: int | None = None
     connect_timeout: float = 10.0
     read_timeout: float = 600.0
+    energy: bool = True
+    """Sample GPU energy during each point where NVML is available (see energy.py)."""
+    energy_gpus: list[int] | None = None
+    """The GPUs whose energy counts, by NVML index; None: every GPU. Like ``energy``, not one of the
+    settings: energy is measured beside the point and does not change it, so a resume may differ here."""
 
     def settings(self) -> dict[str, Any]:
         """The inputs a resumed sweep must share with the original (see ResultsDir.prepare)."""
@@ -222,14 +228,16 @@ class Sweep:
                 client.api.model = models["data"][0]["id"]
             else:
                 await client.get_json("/health")
-            for level, repeat in todo:
-                point, records = await self._measure_point(client, level, repeat)
-                self.results.write_point(point, records)
-                written.append(point)
+            # One sampler for the whole sweep: NVML starts once, not per point.
+            with optional_sampler(spec.energy_gpus, self.progress.note, enabled=spec.energy) as energy:
+                for level, repeat in todo:
+                    point, records = await self._measure_point(client, level, repeat, energy)
+                    self.results.write_point(point, records)
+                    written.append(point)
         return written
 
     async def _measure_point(
-        self, client: StreamClient, level: int, repeat: int
+        self, client: StreamClient, level: int, repeat: int, energy: EnergySampler | None = None
     ) -> tuple[dict[str, Any], list[RequestRecord]]:
         spec = self.spec
         pid = point_id(level, repeat)
@@ -255,6 +263,9 @@ class Sweep:
         monitor = LoopLagMonitor()
         with collector_paused():
             # Clocks and lag start after the collection collector_paused runs (tens to hundreds of ms).
+            # The energy window opens first: start() waits (milliseconds) for the sampler's first reading.
+            if energy is not None:
+                energy.start()
             monitor.start()
             cpu_before = time.process_time()
             start_ns = perf_counter_ns()
@@ -266,10 +277,13 @@ class Sweep:
                 max_error_rate=spec.max_error_rate,
             )
             duration_s = (perf_counter_ns() - start_ns) / 1e9
+            # Includes the energy sampler thread's CPU (tests/perf/energy_check.py measures it).
             client_cpu_s = time.process_time() - cpu_before
+            gpu_energy = self._stop_energy(energy, pid)
         lag = await monitor.stop()
         records.sort(key=lambda record: record.index)
         metrics = point_metrics(records, duration_s, level, gpus=spec.gpus)
+        energy_fields = point_fields(gpu_energy, int(metrics["total_output_tokens"]))
         point: dict[str, Any] = {
             "point_id": pid,
             "repeat": repeat,
@@ -286,12 +300,24 @@ class Sweep:
             "stopped_early": stopped_early,
             "client_cpu_s": client_cpu_s,
             **lag,
+            **energy_fields,
             "started_at": started_at,
             "fairbench_version": __version__,
         }
         self.progress.finish(
             f"{metrics['completed']}/{count} ok, {metrics['output_throughput']:,.0f} tok/s, "
             f"TTFT p50 {metrics['median_ttft_ms']:.1f} ms, TPOT p50 {metrics['median_tpot_ms']:.2f} ms"
+            + (f", {per_joule:.2f} tok/J" if (per_joule := energy_fields.get("output_tokens_per_j")) else "")
             + (" (stopped early: error rate)" if stopped_early else "")
         )
         return point, records
+
+    def _stop_energy(self, energy: EnergySampler | None, pid: str) -> list[GpuEnergy]:
+        """The point's GPU energy; none without a sampler or when a reading failed (with a note)."""
+        if energy is None:
+            return []
+        try:
+            return energy.stop()
+        except EnergyUnavailable as exc:
+            self.progress.note(f"{pid}: GPU energy not measured: {exc}")
+            return []

@@ -250,6 +250,7 @@ def test_refused_connection_is_a_clear_error(tmp_path: Path, unused_port: int) -
         (["--prompts-per-level", "lots"], "argument --prompts-per-level: 'lots' is not a count"),
         (["--url", "localhost:30000"], "--url: 'localhost:30000' must start with http:// or https://"),
         (["--range-ratio", "1.5"], "--range-ratio: 1.5 must be in (0, 1]"),
+        (["--energy-gpus", "0,1,0"], "argument --energy-gpus: '0,1,0' lists a GPU twice"),
     ],
 )
 def test_invalid_arguments_get_one_line_naming_the_argument(
@@ -366,3 +367,89 @@ def test_api_key_is_sent_as_bearer(sse_server: StartServer, tmp_path: Path) -> N
         check=False,
     )
     assert allowed.returncode == 0, allowed.stderr
+
+
+FAKE_NVML_DIR = Path(__file__).resolve().parents[1] / "support" / "fake_nvml"
+ENERGY_KEYS = {
+    "gpu_energy_j",
+    "gpu_energy_per_gpu_j",
+    "gpu_mean_power_w",
+    "output_tokens_per_j",
+    "gpu_energy_source",
+    "gpu_power_sample_hz",
+}
+
+
+def run_sweep_with_nvml(
+    url: str, out: Path, nvml: dict[str, Any], *extra: str
+) -> subprocess.CompletedProcess[str]:
+    """A sweep whose ``import pynvml`` finds tests/support/fake_nvml with the GPUs ``nvml`` describes."""
+    path = os.pathsep.join(filter(None, [str(FAKE_NVML_DIR), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path, "FAKE_PYNVML": json.dumps(nvml)}
+    base = ("--input-len", "8", "--output-len", "10", "--warmup", "0", *extra)
+    return subprocess.run(
+        sweep_args(url, out, *base), capture_output=True, text=True, timeout=60, env=env, check=False
+    )
+
+
+def test_points_carry_gpu_energy_where_nvml_sees_gpus(sse_server: StartServer, tmp_path: Path) -> None:
+    server = sse_server(chunk_gap_ms=20)
+    nvml = {"gpus": [{"watts": 100.0}, {"watts": 250.0}, {"watts": 400.0, "counter": False}]}
+    out = tmp_path / "energy"
+    # A warmup as long as a fifth of the point: energy sampled over it too would be 20 % too high.
+    result = run_sweep_with_nvml(
+        server.url, out, nvml, "--concurrency", "2,4", "--energy-gpus", "1,2", "--warmup", "2x"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "GPU energy: sampling GPU(s) 1,2 at 20 Hz" in result.stderr
+    assert "tok/J" in result.stdout.splitlines()[0]  # the summary table's energy columns
+    for point in points(out):
+        assert point.keys() >= ENERGY_KEYS
+        per_gpu = point["gpu_energy_per_gpu_j"]
+        assert list(per_gpu) == ["1", "2"]
+        # Sampled around the measured loop alone: about its duration at each GPU's power.
+        assert per_gpu["1"] == pytest.approx(250.0 * point["duration"], rel=0.05)
+        assert per_gpu["2"] == pytest.approx(400.0 * point["duration"], rel=0.05)
+        assert point["gpu_energy_j"] == pytest.approx(per_gpu["1"] + per_gpu["2"])
+        assert point["gpu_mean_power_w"] == pytest.approx(650.0, rel=0.01)
+        assert point["output_tokens_per_j"] == pytest.approx(
+            point["total_output_tokens"] / point["gpu_energy_j"]
+        )
+        assert point["gpu_energy_source"] == "mixed"
+        assert point["gpu_power_sample_hz"] >= 10
+
+
+@pytest.mark.parametrize(
+    ("nvml", "extra", "note"),
+    [
+        ({"gpus": [{"watts": 100.0}], "init_error": True}, (), "GPU energy not measured: NVML did not start"),
+        ({"gpus": []}, (), "GPU energy not measured: NVML sees no GPU"),
+        ({"gpus": [{"watts": 100.0}]}, ("--no-energy",), None),
+    ],
+)
+def test_without_gpus_the_energy_fields_are_absent(
+    sse_server: StartServer, tmp_path: Path, nvml: dict[str, Any], extra: tuple[str, ...], note: str | None
+) -> None:
+    server = sse_server(chunk_gap_ms=1)
+    out = tmp_path / "no-energy"
+    result = run_sweep_with_nvml(server.url, out, nvml, "--concurrency", "2", *extra)
+    assert result.returncode == 0, result.stderr
+    (point,) = points(out)
+    assert not ENERGY_KEYS & point.keys()
+    assert "tok/J" not in result.stdout
+    if note:
+        assert note in result.stderr
+    else:
+        assert "GPU energy" not in result.stderr
+
+
+def test_energy_gpus_that_do_not_exist_are_an_error(sse_server: StartServer, tmp_path: Path) -> None:
+    server = sse_server()
+    nvml = {"gpus": [{"watts": 100.0}, {"watts": 100.0}]}
+    result = run_sweep_with_nvml(
+        server.url, tmp_path / "x", nvml, "--concurrency", "1", "--energy-gpus", "1,2"
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "fairbench sweep: error: --energy-gpus: GPU index(es) 2 not found: NVML sees 2 GPU(s), 0-1"
+    )

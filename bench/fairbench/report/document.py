@@ -151,10 +151,14 @@ def headline_table(headlines: Sequence[Headline], label: Label) -> Table:
         "TPOT p50 ms, peak",
         "failed requests",
     ]
+    energy = any(_has_energy(line.result.points) for line in headlines)
+    if energy:
+        header.append("out tok/J, peak")
     rows = []
     for line in headlines:
         first, peak = line.first, line.peak
         per_gpu = line.per_gpu(peak) if peak else []
+        energy_cells = [_at(line, peak, TOKENS_PER_JOULE, 2)] if energy else []
         rows.append(
             [
                 label(line.result),
@@ -169,6 +173,7 @@ def headline_table(headlines: Sequence[Headline], label: Label) -> Table:
                 f"{_at(line, peak, 'median_ttft_ms')} / {_at(line, peak, 'p99_ttft_ms')}",
                 _at(line, peak, "median_tpot_ms", 2),
                 str(line.errors),
+                *energy_cells,
             ]
         )
     return Table(header, rows, [False, False, *[True] * (len(header) - 2)])
@@ -186,13 +191,25 @@ LEVEL_COLUMNS = (
     ("completed", "completed", 0),
     ("failed", "failed", 0),
 )
+TOKENS_PER_JOULE = "output_tokens_per_j"
+# GPU energy (NVML, during the measured loop): columns only for a config whose points have it.
+ENERGY_COLUMNS = (
+    ("GPU energy J", "gpu_energy_j", 0),
+    ("GPU mean W", "gpu_mean_power_w", 0),
+    ("out tok/J", TOKENS_PER_JOULE, 2),
+)
+
+
+def _has_energy(points: Sequence[dict[str, Any]]) -> bool:
+    return any(TOKENS_PER_JOULE in point for point in points)
 
 
 def level_table(line: Headline) -> Table:
-    header = ["C", "repeats", *(title for title, _, _ in LEVEL_COLUMNS)]
+    columns = LEVEL_COLUMNS + ENERGY_COLUMNS if _has_energy(line.result.points) else LEVEL_COLUMNS
+    header = ["C", "repeats", *(title for title, _, _ in columns)]
     rows = [
         [str(level.concurrency), str(len(level.points))]
-        + [figure(level.estimate(key), digits) for _, key, digits in LEVEL_COLUMNS]
+        + [figure(level.estimate(key), digits) for _, key, digits in columns]
         for level in line.levels
     ]
     return Table(header, rows, [True] * len(header))
