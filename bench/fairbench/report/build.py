@@ -11,6 +11,7 @@ from fairbench.report.document import comparison_blocks, run_blocks
 from fairbench.report.html import render_html
 from fairbench.report.load import Run
 from fairbench.report.markdown import render_markdown
+from fairbench.report.nccl import nccl_blocks
 from fairbench.report.plots import LINE_STYLES, Line, color_of, render_plots
 from fairbench.report.summary import Headline, headline
 
@@ -48,11 +49,13 @@ def write_report(runs: Sequence[Run], out_dir: Path) -> list[Path]:
     if len(runs) == 1:
         (run,) = runs
         blocks = run_blocks(run, headlines[0], config_differences(run), relative_plots)
+        blocks += nccl_blocks(run)
         title = f"{run.name}: run {run.run_id}"
     else:
         run_a, run_b = runs
         pairs = run_differences(run_a, run_b)
         blocks = comparison_blocks(run_a, run_b, (headlines[0], headlines[1]), pairs, relative_plots)
+        blocks += [block for run in runs for block in nccl_blocks(run, name_run=True)]
         title = f"{run_b.name}: run {run_b.run_id} against run {run_a.run_id}"
     markdown_path = out_dir / "report.md"
     html_path = out_dir / "report.html"
