@@ -46,9 +46,8 @@ lab-down:
 
 # The demo campaign (campaigns/demo.yml, on the simulator) on the lab hosts: deployed, swept, fetched, reported.
 DEMO_RUN_ID ?= $(shell date -u +%Y%m%dT%H%M%SZ)
-# Evaluated once: the playbook and the last line name the same run.
+# Evaluated once: a re-run with DEMO_RUN_ID=<it> resumes that run.
 DEMO_RUN_ID := $(DEMO_RUN_ID)
 
 demo: $(STAMP) lab-up
-	$(BIN)/ansible-playbook playbooks/site.yml -e campaign=campaigns/demo.yml -e run_id=$(DEMO_RUN_ID)
-	@echo "report: results/demo/$(DEMO_RUN_ID)/report.md"
+	$(BIN)/fairbench run campaigns/demo.yml -i inventory/lab.yml --run-id $(DEMO_RUN_ID)

@@ -8,6 +8,7 @@ becomes a sweep, when a server counts as healthy or dead, and what a host report
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import platform
 import subprocess
@@ -21,13 +22,16 @@ from typing import Any
 
 from fairbench import __version__
 from fairbench.campaign import Workload
+from fairbench.gpu import GpuFacts, GpuFactsError, collect
 from fairbench.progress import Progress
-from fairbench.results import ResultsDir, point_id
+from fairbench.results import ResultsDir, ResultsError, point_id
 from fairbench.sweep import Sweep, SweepSpec
 from fairbench.workload import WorkloadSpec
 
 SWEEP_LOG = "sweep.log"
 """Progress lines of every sweep call on a results directory (``tail -f`` it during a long sweep)."""
+SWEEP_PROGRESS = "progress.json"
+"""The running sweep's progress (fairbench.progress.Progress.state), replaced at most once a second."""
 HEALTH_PATH = "/health_generate"
 HEALTH_REQUEST_TIMEOUT_S = 30.0
 """One probe: SGLang's /health_generate itself gives up after 20 s (SGLANG_HEALTH_CHECK_TIMEOUT)."""
@@ -56,9 +60,15 @@ class ServingError(Exception):
 
 
 def sweep_spec(
-    workload: Workload, url: str, *, model: str | None = None, gpus: int | None = None
+    workload: Workload,
+    url: str,
+    *,
+    model: str | None = None,
+    gpus: int | None = None,
+    energy_gpus: list[int] | None = None,
 ) -> SweepSpec:
-    """The sweep that drives one server with a campaign's workload."""
+    """The sweep that drives one server with a campaign's workload; ``energy_gpus``: the GPUs whose energy
+    counts (NVML indices), None for every GPU."""
     return SweepSpec(
         url=url,
         workload=WorkloadSpec(
@@ -75,6 +85,7 @@ def sweep_spec(
         repeats=workload.repeats,
         model=model,
         gpus=gpus,
+        energy_gpus=energy_gpus,
     )
 
 
@@ -111,9 +122,17 @@ def sweep(spec: SweepSpec, out: Path, *, check: bool) -> SweepOutcome:
         planned = [point_id(level, repeat) for level, repeat in runner.plan(results.completed_ids())]
         return _outcome(results, planned, [])
     out.mkdir(parents=True, exist_ok=True)
-    before = results.completed_ids()
     with (out / SWEEP_LOG).open("a", encoding="utf-8") as log:
-        runner = Sweep(spec, results, Progress(log, live=False))
+        # One sweep per directory: an interrupted campaign leaves its background sweep running, and a
+        # re-run must not start a second one beside it.
+        try:
+            fcntl.flock(log, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ResultsError(f"{out}: another sweep is still writing here (see {SWEEP_LOG})") from None
+        # A previous call's state would read as this call's until its first point starts.
+        (out / SWEEP_PROGRESS).unlink(missing_ok=True)
+        before = results.completed_ids()
+        runner = Sweep(spec, results, Progress(log, live=False, state_path=out / SWEEP_PROGRESS))
         planned = [point_id(level, repeat) for level, repeat in runner.plan(before)]
         written = asyncio.run(runner.run(resume=True))
     return _outcome(results, planned, [point["point_id"] for point in written])
@@ -129,6 +148,32 @@ def _outcome(results: ResultsDir, planned: list[str], written: list[str]) -> Swe
     ]
     levels = [{key: point.get(key) for key in SUMMARY_KEYS} for point in points]
     return SweepOutcome(planned=planned, written=written, levels=levels, problems=problems)
+
+
+def background_sweep(async_dir: Path, job_id: str, out: Path) -> dict[str, Any]:
+    """A sweep started with ``async`` and ``poll: 0``: its job's state, and its progress while it runs.
+
+    ``progress`` is the sweep's latest Progress.state (empty before its first point starts). While the job
+    runs, ``finished`` is false; once it ends, the sweep module's own result comes with ``finished`` true.
+    Ansible's async wrapper writes the job file: ``{"started": true, "finished": false, ...}`` while the
+    module runs, then the module's result. An empty or half-written file is a job still starting.
+    """
+    job_file = async_dir.expanduser() / job_id
+    try:
+        job: dict[str, Any] = json.loads(job_file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {"finished": True, "failed": True, "msg": f"no sweep job {job_id} in {async_dir}"}
+    except json.JSONDecodeError:
+        job = {"started": True, "finished": False}
+    try:
+        progress = json.loads((out / SWEEP_PROGRESS).read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        progress = {}
+    if job.get("started") and not job.get("finished"):
+        return {"finished": False, "progress": progress}
+    job_file.unlink()
+    # With the sweep's last progress: the points it finished since the previous look.
+    return {**job, "finished": True, "progress": progress}
 
 
 # --- the server -----------------------------------------------------------------------------------
@@ -190,7 +235,14 @@ def wait_until_healthy(base_url: str, unit: str, timeout_s: float) -> dict[str, 
 
 
 def host_facts() -> dict[str, Any]:
-    """What host.json records about the machine a config ran on (GPU facts are added by their own issue)."""
+    """What host.json records about the machine a config ran on; ``gpu``: its GPUs (fairbench.gpu).
+
+    When nvidia-smi fails, ``gpu`` holds no GPUs and the reason: a config's results are not lost over a fact.
+    """
+    try:
+        gpu = collect().to_json()
+    except GpuFactsError as exc:
+        gpu = GpuFacts.unavailable(str(exc)).to_json()
     try:
         os_name = platform.freedesktop_os_release().get("PRETTY_NAME", platform.system())
     except OSError:
@@ -203,6 +255,7 @@ def host_facts() -> dict[str, Any]:
         "python": platform.python_version(),
         "python_executable": sys.executable,
         "fairbench": __version__,
+        "gpu": gpu,
     }
 
 

@@ -18,6 +18,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("fairbench.sim.command", "an SGLang-compatible simulated server"),
     "validate": ("fairbench.campaign_cli", "check a campaign file and show each config's command line"),
     "report": ("fairbench.report_cli", "the fair comparison of a run (or two runs): report.md, .html, plots"),
+    "nccl": ("fairbench.nccl_cli", "all-reduce latency and bus bandwidth per NCCL variant: nccl.json"),
+    "run": ("fairbench.run_cli", "a campaign on an inventory's hosts through ansible-runner, shown live"),
 }
 
 

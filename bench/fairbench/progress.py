@@ -1,24 +1,37 @@
-"""Progress of a sweep: a live bar on a terminal, plain lines otherwise (logs, Ansible)."""
+"""Progress of a sweep: a live bar on a terminal, plain lines otherwise (logs, Ansible).
+
+A sweep run by Ansible also keeps its progress in a JSON state file (``fairbench run`` shows it live): the
+point in flight and the lines of the points finished so far.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import time
-from typing import TextIO
+from pathlib import Path
+from typing import Any, TextIO
 
 from fairbench.records import RequestRecord
 
 BAR_WIDTH = 24
 BAR_REFRESH_S = 0.25
 LINE_EVERY_S = 10.0
+STATE_EVERY_S = 1.0
 
 
 class Progress:
     """Counts finished requests of the point in flight and shows them."""
 
-    def __init__(self, stream: TextIO | None = None, *, live: bool | None = None) -> None:
+    def __init__(
+        self, stream: TextIO | None = None, *, live: bool | None = None, state_path: Path | None = None
+    ) -> None:
         self.stream = stream or sys.stderr
         self.live = self.stream.isatty() if live is None else live
+        self.state_path = state_path
+        self._finished_lines: list[str] = []
+        self._state_written = 0.0
         self._label = ""
         self._total = 0
         self._done = 0
@@ -32,6 +45,7 @@ class Progress:
         self._done = self._failed = self._tokens = 0
         self._started = self._last_shown = time.monotonic()
         self._show(force=True)
+        self._write_state(force=True)
 
     def request_done(self, record: RequestRecord) -> None:
         self._done += 1
@@ -40,18 +54,45 @@ class Progress:
         else:
             self._failed += 1
         self._show(force=self._done == self._total)
+        self._write_state(force=False)
 
     def finish(self, summary: str) -> None:
+        line = f"{self._label}: {summary}"
         if self.live:
             self.stream.write("\r\033[K")
-        self.stream.write(f"{self._label}: {summary}\n")
+        self.stream.write(line + "\n")
         self.stream.flush()
+        self._finished_lines.append(line)
+        self._write_state(force=True)
+
+    def state(self) -> dict[str, Any]:
+        """The point in flight (label, requests done of total, failed, output tok/s), the finished lines."""
+        elapsed = max(time.monotonic() - self._started, 1e-9)
+        return {
+            "label": self._label,
+            "done": self._done,
+            "total": self._total,
+            "failed": self._failed,
+            "output_tokens_per_s": round(self._tokens / elapsed, 1),
+            "finished": list(self._finished_lines),
+            "pid": os.getpid(),
+        }
 
     def note(self, message: str) -> None:
         if self.live:
             self.stream.write("\r\033[K")
         self.stream.write(message + "\n")
         self.stream.flush()
+
+    def _write_state(self, *, force: bool) -> None:
+        now = time.monotonic()
+        if self.state_path is None or not (force or now - self._state_written >= STATE_EVERY_S):
+            return
+        self._state_written = now
+        # Replaced whole, so a reader never sees half a document.
+        partial = self.state_path.with_name(self.state_path.name + ".tmp")
+        partial.write_text(json.dumps(self.state()), encoding="utf-8")
+        partial.replace(self.state_path)
 
     def _show(self, *, force: bool) -> None:
         now = time.monotonic()

@@ -11,22 +11,32 @@ from typing import Any
 
 from fairbench.cli import UsageError
 from fairbench.client import APIS, ServerUnreachable
+from fairbench.energy import GpuSelectionError
 from fairbench.progress import Progress
 from fairbench.results import ResultsDir, ResultsError
 from fairbench.sweep import Sweep, SweepSpec
 from fairbench.workload import WorkloadError, WorkloadSpec, parse_count
 
 
-def _concurrency_list(text: str) -> list[int]:
+def _int_list(text: str, minimum: int, values_are: str, item: str) -> list[int]:
     try:
-        levels = [int(part) for part in text.split(",") if part.strip()]
+        values = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} must be a comma-separated list of integers") from None
-    if not levels or any(level < 1 for level in levels):
-        raise argparse.ArgumentTypeError(f"{text!r} must list positive integers")
-    if len(set(levels)) != len(levels):
-        raise argparse.ArgumentTypeError(f"{text!r} lists a level twice")
-    return levels
+    if not values or any(value < minimum for value in values):
+        raise argparse.ArgumentTypeError(f"{text!r} must list {values_are}")
+    if len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"{text!r} lists a {item} twice")
+    return values
+
+
+def concurrency_list(text: str) -> list[int]:
+    """argparse type of a comma-separated list of concurrency levels (also ``fairbench nccl``'s)."""
+    return _int_list(text, 1, "positive integers", "level")
+
+
+def _gpu_list(text: str) -> list[int]:
+    return _int_list(text, 0, "GPU indices (0 or more)", "GPU")
 
 
 def _count(text: str) -> str:
@@ -37,7 +47,9 @@ def _count(text: str) -> str:
     return text
 
 
-def _positive(kind: type[int] | type[float]) -> Any:
+def positive(kind: type[int] | type[float]) -> Any:
+    """argparse type of a positive ``kind`` (also ``fairbench nccl``'s)."""
+
     def check(text: str) -> int | float:
         try:
             value = kind(text)
@@ -62,27 +74,34 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--api-key", default=os.environ.get("FAIRBENCH_API_KEY"), help="bearer token (or FAIRBENCH_API_KEY)"
     )
     parser.add_argument("--dataset", default="random-ids", help="random-ids, or a ShareGPT-style JSON file")
-    parser.add_argument("--input-len", type=_positive(int), required=True, help="input tokens per request")
-    parser.add_argument("--output-len", type=_positive(int), required=True, help="output tokens per request")
+    parser.add_argument("--input-len", type=positive(int), required=True, help="input tokens per request")
+    parser.add_argument("--output-len", type=positive(int), required=True, help="output tokens per request")
     parser.add_argument("--range-ratio", type=float, default=1.0, help="draw lengths from [ratio*len, len]")
-    parser.add_argument("--concurrency", type=_concurrency_list, required=True, help="levels, e.g. 1,2,4,8")
+    parser.add_argument("--concurrency", type=concurrency_list, required=True, help="levels, e.g. 1,2,4,8")
     parser.add_argument(
         "--prompts-per-level", type=_count, default="10x", help="N, or Nx for N times the level (min 16)"
     )
     parser.add_argument("--warmup", type=_count, default="2x", help="warmup requests: N or Nx (default 2x)")
     parser.add_argument(
-        "--repeats", type=_positive(int), default=1, help="measure every level this many times"
+        "--repeats", type=positive(int), default=1, help="measure every level this many times"
     )
     parser.add_argument("--seed", type=int, default=1, help="prompt seed (default 1)")
     parser.add_argument("--flush-cache", action="store_true", help="POST /flush_cache before each level")
     parser.add_argument(
         "--max-error-rate", type=float, default=0.5, help="stop a level when more requests fail (default 0.5)"
     )
-    parser.add_argument("--gpus", type=_positive(int), help="GPUs serving, for per-GPU throughput")
-    parser.add_argument("--connect-timeout", type=_positive(float), default=10.0, help="seconds (default 10)")
+    parser.add_argument("--gpus", type=positive(int), help="GPUs serving, for per-GPU throughput")
+    energy = parser.add_mutually_exclusive_group()
+    energy.add_argument(
+        "--energy-gpus",
+        type=_gpu_list,
+        help="GPUs whose energy counts, by NVML index, e.g. 0,1 (default: every GPU NVML sees)",
+    )
+    energy.add_argument("--no-energy", action="store_true", help="do not sample GPU energy")
+    parser.add_argument("--connect-timeout", type=positive(float), default=10.0, help="seconds (default 10)")
     parser.add_argument(
         "--read-timeout",
-        type=_positive(float),
+        type=positive(float),
         default=600.0,
         help="seconds without data before a stream fails",
     )
@@ -126,6 +145,8 @@ def spec_from_args(args: argparse.Namespace) -> SweepSpec:
         gpus=args.gpus,
         connect_timeout=args.connect_timeout,
         read_timeout=args.read_timeout,
+        energy=not args.no_energy,
+        energy_gpus=args.energy_gpus,
     )
 
 
@@ -142,6 +163,11 @@ SUMMARY_COLUMNS = (
     ("ITL p50 ms", "median_itl_ms", "{:,.2f}"),
     ("tok/s/user", "per_user_tps", "{:,.1f}"),
 )
+# Shown only when a point has GPU energy: a machine without GPUs gets no empty columns.
+ENERGY_COLUMNS = (
+    ("GPU W", "gpu_mean_power_w", "{:,.0f}"),
+    ("tok/J", "output_tokens_per_j", "{:,.2f}"),
+)
 
 
 def summary_table(points: list[dict[str, Any]]) -> str:
@@ -151,9 +177,12 @@ def summary_table(points: list[dict[str, Any]]) -> str:
         value = point.get(key)
         return "-" if value is None else fmt.format(value)
 
-    rows = [[header for header, _, _ in SUMMARY_COLUMNS]]
-    rows += [[cell(point, key, fmt) for _, key, fmt in SUMMARY_COLUMNS] for point in points]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(SUMMARY_COLUMNS))]
+    columns: tuple[tuple[str, str, str], ...] = SUMMARY_COLUMNS
+    if any("gpu_energy_j" in point for point in points):
+        columns += ENERGY_COLUMNS
+    rows = [[header for header, _, _ in columns]]
+    rows += [[cell(point, key, fmt) for _, key, fmt in columns] for point in points]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
     return "\n".join(
         "  ".join(text.rjust(width) for text, width in zip(row, widths, strict=False)) for row in rows
     )
@@ -168,6 +197,9 @@ def run(args: argparse.Namespace) -> int:
         asyncio.run(sweep.run(resume=args.resume))
     except (ResultsError, ServerUnreachable) as exc:
         print(f"fairbench sweep: error: {exc}", file=sys.stderr)
+        return 1
+    except GpuSelectionError as exc:
+        print(f"fairbench sweep: error: --energy-gpus: {exc}", file=sys.stderr)
         return 1
     points = results.points()
     print(summary_table(points))

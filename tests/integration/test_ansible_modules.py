@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.fake_nvidia_smi import write_fake_nvidia_smi
 
 from fairbench.campaign import load_campaign
 
@@ -190,6 +191,78 @@ def test_sweep_module_fails_when_requests_fail(tmp_path: Path) -> None:
     assert "Cannot connect" in result["msg"] or "connect" in result["msg"].lower()
 
 
+def test_sweep_module_samples_the_energy_of_the_gpus_it_is_given(tmp_path: Path, sim_url: str) -> None:
+    # roles/bench passes the config's CUDA_VISIBLE_DEVICES, a comma-separated string; NVML is the fake one.
+    fake_nvml = {"gpus": [{"watts": 100.0}, {"watts": 200.0}, {"watts": 300.0}]}
+    env = {
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(REPO / "tests/support/fake_nvml"), os.environ.get("PYTHONPATH")])
+        ),
+        "FAKE_PYNVML": json.dumps(fake_nvml),
+    }
+    tasks = [
+        _sweep_task(sim_url, tmp_path / "ok", "Chosen"),
+        _sweep_task(sim_url, tmp_path / "bad", "Missing"),
+    ]
+    tasks[0]["fairbench_sweep"]["energy_gpus"] = "0,2"
+    tasks[1]["fairbench_sweep"]["energy_gpus"] = "1,3"
+    results = run_play(tmp_path, tasks, env=env)
+    assert not results["Chosen"].get("failed"), results["Chosen"]
+    points = [json.loads(line) for line in (tmp_path / "ok" / "points.jsonl").read_text().splitlines()]
+    assert [list(point["gpu_energy_per_gpu_j"]) for point in points] == [["0", "2"], ["0", "2"]]
+    assert all(point["gpu_mean_power_w"] == pytest.approx(400.0, rel=0.01) for point in points)
+    assert results["Missing"]["failed"] is True
+    assert results["Missing"]["msg"] == "energy_gpus: GPU index(es) 3 not found: NVML sees 3 GPU(s), 0-2"
+
+
+def test_sweep_in_the_background_is_followed_to_its_result(tmp_path: Path, sim_url: str) -> None:
+    # As roles/bench runs it: async with poll 0, then fairbench_sweep_status until the job has finished.
+    out = tmp_path / "tp8"
+    async_dir = tmp_path / "async"
+    started = {**_sweep_task(sim_url, out, "Start"), "async": 600, "poll": 0}
+    follow = {
+        "name": "Follow",
+        "fairbench_sweep_status": {
+            "jid": "{{ task_0.ansible_job_id }}",
+            "out": str(out),
+            "async_dir": str(async_dir),
+        },
+        "until": "task_1.finished",
+        "retries": 100,
+        "delay": 1,
+    }
+    results = run_play(tmp_path, [started, follow], env={"ANSIBLE_ASYNC_DIR": str(async_dir)})
+    followed = results["Follow"]
+    assert not followed.get("failed"), followed
+    assert followed["finished"] is True and followed["changed"] is True
+    assert followed["written"] == ["c1-r0", "c4-r0"]
+    assert followed["out"] == str(out)
+    # The job file is gone once its result was returned; the sweep's last state stays beside its points.
+    assert list(async_dir.iterdir()) == []
+    state = json.loads((out / "progress.json").read_text())
+    assert state["finished"][-1].startswith("c4-r0: 16/16 ok")
+
+
+def test_background_sweep_failure_fails_the_follow_task_with_the_sweeps_message(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{_free_port()}"
+    async_dir = tmp_path / "async"
+    started = {**_sweep_task(url, tmp_path / "down", "Start"), "async": 600, "poll": 0}
+    follow = {
+        "name": "Follow",
+        "fairbench_sweep_status": {
+            "jid": "{{ task_0.ansible_job_id }}",
+            "out": str(tmp_path / "down"),
+            "async_dir": str(async_dir),
+        },
+        "until": "task_1.finished",
+        "retries": 100,
+        "delay": 1,
+    }
+    followed = run_play(tmp_path, [started, follow], env={"ANSIBLE_ASYNC_DIR": str(async_dir)})["Follow"]
+    assert followed["failed"] is True and followed["finished"] is True
+    assert "connect" in followed["msg"].lower()
+
+
 # --- fairbench_report ------------------------------------------------------------------------------
 
 
@@ -213,6 +286,135 @@ def test_report_module_renders_the_report_and_names_failed_configs(tmp_path: Pat
     assert str(run_dir / "report.md") in written["paths"] and str(run_dir / "report.html") in written["paths"]
     report = (run_dir / "report.md").read_text()
     assert "failed at stage `health`" in report
+
+
+# --- gpu_facts and the campaign's GPU preflight ----------------------------------------------------
+
+H200X2 = REPO / "tests/fixtures/gpu/h200x2"
+
+
+@pytest.fixture
+def fake_nvidia_smi(tmp_path: Path) -> Path:
+    """An nvidia-smi answering with the recordings of a host with 2 H200s joined by NVLink (NV18)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    return write_fake_nvidia_smi(bin_dir, H200X2)
+
+
+@pytest.mark.parametrize("mode", [[], ["--check"]], ids=["run", "check"])
+def test_gpu_facts_module(tmp_path: Path, fake_nvidia_smi: Path, mode: list[str]) -> None:
+    missing = tmp_path / "nowhere" / "nvidia-smi"
+    broken = tmp_path / "broken-nvidia-smi"
+    broken.write_text('#!/usr/bin/env bash\necho "Driver Version: 1  CUDA Version: 2"\n')
+    broken.chmod(0o755)
+    tasks = [
+        {"name": name, "gpu_facts": {"nvidia_smi": str(path)}}
+        for name, path in (("Facts", fake_nvidia_smi), ("Missing", missing), ("Broken", broken))
+    ]
+    results = run_play(tmp_path, tasks, *mode)
+    result = results["Facts"]
+    assert not result.get("failed"), result
+    assert result["changed"] is False
+    facts = result["ansible_facts"]["gpu_facts"]
+    assert [gpu["name"] for gpu in facts["gpus"]] == ["NVIDIA H200", "NVIDIA H200"]
+    assert facts["gpus"][1]["uuid"] == "GPU-fad8c7f9-7d99-b7f2-4828-7cdc57816b3c"
+    assert facts["gpus"][0]["memory_total_mib"] == 143771 and facts["gpus"][0]["numa_affinity"] == "0"
+    assert (facts["driver_version"], facts["cuda_version"]) == ("580.159.04", "13.0")
+    assert facts["links"] == {"0-1": "NV18"} and facts["interconnect"] == "nvlink"
+    # No nvidia-smi: no GPUs, and why; not a failure.
+    assert not results["Missing"].get("failed"), results["Missing"]
+    facts = results["Missing"]["ansible_facts"]["gpu_facts"]
+    assert facts["gpus"] == [] and facts["interconnect"] == "none"
+    assert facts["reason"] == f"{missing} not found (not on PATH, or not an executable)"
+    # Output the parsers do not know: a failure naming the command and the line.
+    assert results["Broken"]["failed"] is True
+    message = results["Broken"]["msg"]
+    assert message.startswith(f"{broken} --query-gpu=index,name,"), message
+    assert "--format=csv: line 1: no column index, name," in message
+
+
+def _campaign_file(tmp_path: Path, engine: str) -> Path:
+    campaign = tmp_path / f"preflight-{engine}.yml"
+    campaign.write_text(
+        f"name: preflight-{engine}\n"
+        f"engine: {engine}\n"
+        "model: test/model\n"
+        "configs:\n"
+        "  tp2: {args: {tp-size: 2}}\n"
+        "  tp8: {args: {tp-size: 8}}\n"
+        "  tp2-dp2: {args: {tp-size: 2, dp-size: 2}}\n"
+        "  dp-attention: {args: {tp-size: 2, dp-size: 2, enable-dp-attention: true}}\n"
+        "workload: {api: completions, dataset: random-ids, input_len: 16, output_len: 8, concurrency: [1],\n"
+        "           prompts_per_level: 16, warmup: 0}\n"
+    )
+    return campaign
+
+
+def test_the_preflight_gathers_facts_and_refuses_nothing_for_the_simulator(
+    tmp_path: Path, fake_nvidia_smi: Path
+) -> None:
+    # The preflight tasks alone (the whole campaign would go on to deploy here). tp8 runs on the simulator.
+    preflight = {
+        "name": "Preflight",
+        "ansible.builtin.include_role": {"name": "bench", "tasks_from": "preflight.yml"},
+        "vars": {
+            "bench_campaign": "{{ fairbench_campaign }}",
+            "bench_venv_python": {"stat": {"exists": True}},
+            "bench_venv_dir": str(Path(sys.executable).parent.parent),
+        },
+    }
+    gathered = {
+        "name": "Gathered",
+        "ansible.builtin.set_fact": {"gathered": "{{ ansible_facts['gpu_facts'] }}"},
+    }
+    load = _load_task(str(_campaign_file(tmp_path, "sim")))
+    path = {"PATH": f"{fake_nvidia_smi.parent}:{os.environ['PATH']}"}
+    results = run_play(tmp_path, [load, preflight, gathered], env=path)
+    assert not results["Preflight"].get("failed"), results["Preflight"]
+    facts = results["Gathered"]["ansible_facts"]["gathered"]
+    assert len(facts["gpus"]) == 2 and facts["interconnect"] == "nvlink"
+
+
+def test_the_campaign_stops_before_deploying_when_a_config_needs_more_gpus_than_the_host_has(
+    tmp_path: Path, fake_nvidia_smi: Path
+) -> None:
+    """playbooks/campaign.yml on this machine as host lab1 (2 H200s, faked), in check mode: it changes
+    nothing here even if the preflight let it through. Refused, it stops before the serving role."""
+    inventory = tmp_path / "inventory.yml"
+    host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    inventory.write_text(json.dumps({"all": {"children": {"gpu_hosts": {"hosts": {"lab1": host}}}}}))
+    settings = {
+        # The venv the module runs in: this one, which imports fairbench (check mode installs nothing).
+        "bench_venv_dir": str(Path(sys.executable).parent.parent),
+        "bench_wheel_build_dir": str(tmp_path / "wheel"),
+        "bench_results_root": str(tmp_path / "results"),
+        "bench_host_data_dir": str(tmp_path / "host-data"),
+        "bench_host_results_root": str(tmp_path / "host-results"),
+    }
+    argv = [str(ANSIBLE_PLAYBOOK), "-i", str(inventory), str(REPO / "playbooks/campaign.yml"), "--check"]
+    argv += ["-e", f"campaign={_campaign_file(tmp_path, 'sglang')}", "-e", json.dumps(settings)]
+    env = {
+        **os.environ,
+        "PATH": f"{fake_nvidia_smi.parent}:{os.environ['PATH']}",
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=env, timeout=600, check=False)
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, output
+    # Every offending config at once; tp2 fits, and data-parallel attention adds no GPUs.
+    refused = [
+        "lab1: config tp8 needs 8 GPUs (tp-size 8), the host has 2 (NVIDIA H200)",
+        "lab1: config tp2-dp2 needs 4 GPUs (tp-size 2 x dp-size 2), the host has 2 (NVIDIA H200)",
+    ]
+    assert "\n".join(refused) in done.stdout, output
+    assert "config tp2 " not in output and "config dp-attention " not in output
+    # Stopped there: fairbench's venv step ran, the serving role and every later play did not.
+    assert "TASK [bench : Install fairbench and its dependencies into its venv]" in done.stdout
+    assert "TASK [serving :" not in done.stdout
+    assert "PLAY [Record the campaign as run]" not in done.stdout
+    assert not (tmp_path / "results").exists()
+    assert not list(Path("/etc/systemd/system").glob("fairbench-preflight-sglang-*"))
 
 
 # --- the unit template ----------------------------------------------------------------------------

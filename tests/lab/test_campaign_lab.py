@@ -1,8 +1,9 @@
 """The campaign layer end to end: playbooks/site.yml on the lab hosts (tests/lab/lab.sh up 2).
 
 One campaign (tests/lab/campaign-short.yml: two of demo.yml's layouts and a server that crashes, on a fast
-simulator) runs once for the module; the tests read its results tree, then re-run parts of it. Results go
-to a temporary directory (``-e bench_results_root=...``), never into results/. Skipped when no lab is up.
+simulator) runs once for the module, through ``fairbench run`` (ansible-runner, live progress); the tests
+read its results tree and its progress lines, then re-run parts of it with ansible-playbook. Results go to a
+temporary directory (``-e bench_results_root=...``), never into results/. Skipped when no lab is up.
 """
 
 from __future__ import annotations
@@ -95,11 +96,12 @@ def campaign_run(tmp_path_factory: pytest.TempPathFactory) -> CampaignRun:
     hosts = answering_lab_hosts()
     results_root = tmp_path_factory.mktemp("results")
     run_id = time.strftime("pytest-%Y%m%dT%H%M%S", time.gmtime())
-    first = ansible_playbook(
-        "playbooks/site.yml", "-e", f"campaign={CAMPAIGN}", "-e", f"run_id={run_id}",
-        "-e", f"bench_results_root={results_root}",
-    )  # fmt: skip
-    return CampaignRun(run_id, results_root, hosts, first)
+    argv = [_ansible_bin("fairbench"), "run", CAMPAIGN, "-i", str(INVENTORY), "--run-id", run_id]
+    argv += ["-e", f"bench_results_root={results_root}", "-e", "bench_sweep_poll_s=1"]
+    done = subprocess.run(
+        argv, capture_output=True, text=True, cwd=REPO, timeout=PLAYBOOK_TIMEOUT_S, check=False
+    )
+    return CampaignRun(run_id, results_root, hosts, PlaybookRun(done.returncode, done.stdout + done.stderr))
 
 
 def _points(config_dir: Path) -> list[dict[str, object]]:
@@ -172,7 +174,29 @@ def test_a_crashing_server_is_marked_failed_with_its_journal_and_the_next_config
         assert f"**{CRASHING_CONFIG}@{host}**: failed at stage `sweep`" in report
         assert f"### {CRASHING_CONFIG}@{host}: failed" in report
     assert "crash-after=20: crashing" in report  # the journal excerpt
-    assert re.search(r"Report: \S*report\.md", campaign_run.first.output)
+    assert f"report: {campaign_run.run_dir}/report.md" in campaign_run.first.output
+
+
+def test_fairbench_run_shows_each_config_its_stages_and_every_level_as_it_completes(
+    campaign_run: CampaignRun,
+) -> None:
+    lines = campaign_run.first.output.splitlines()
+    levels = load_campaign(REPO / CAMPAIGN).workload.concurrency
+    for host in campaign_run.hosts:
+        for config in GOOD_CONFIGS:
+            prefix = f"{host} {config}: "
+            shown = [line.removeprefix(prefix) for line in lines if line.startswith(prefix)]
+            assert [line for line in shown if line in ("start", "health", "sweep", "fetch", "ok")] == [
+                "start", "health", "sweep", "fetch", "ok",
+            ], shown  # fmt: skip
+            finished = [line for line in shown if re.match(r"c\d+-r0: ", line)]
+            assert [line.split("-")[0] for line in finished] == [f"c{level}" for level in levels], shown
+            assert all(re.search(r"16/16 ok, [\d,]+ tok/s", line) for line in finished), finished
+        failed = next(line for line in lines if line.startswith(f"{host} {CRASHING_CONFIG}: FAILED at sweep"))
+        journal = lines[lines.index(failed) + 1 : lines.index(failed) + 12]
+        assert any("crash-after=20: crashing" in line for line in journal), journal
+    log = (campaign_run.run_dir / "ansible.log").read_text()
+    assert "PLAY RECAP" in log and "Follow the sweep of tp8]" in log
 
 
 def test_a_server_that_dies_at_start_fails_the_health_stage_at_once(campaign_run: CampaignRun) -> None:

@@ -1,0 +1,196 @@
+"""What ``fairbench run`` shows of a campaign while ansible-runner plays it: Ansible events in, lines out.
+
+The bench role leaves its state in its facts (``bench_config_dir`` names the config, ``bench_stage`` its
+stage, ``bench_outcomes`` how it ended) and the follow task's retries carry the sweep's progress
+(``fairbench_sweep_status``): the display reads those, not task names, so renaming a task changes nothing.
+Lasting lines (a stage, a finished point, an outcome, a failure) are printed once; on a terminal, the sweeps
+in flight share one status line redrawn below them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+STATUS_LINE_EVERY_S = 0.5
+PLAIN_PROGRESS_EVERY_S = 30.0
+"""Without a terminal, a sweep's in-flight line at most this often per host (its finished points always)."""
+JOURNAL_LINES_SHOWN = 10
+MESSAGE_LINES_SHOWN = 20
+"""Of a failure outside a config (deploy, preflight): a preflight lists every refused config on a line."""
+
+
+@dataclass
+class HostState:
+    """One GPU host as the display last saw it."""
+
+    config: str = ""
+    config_dir: str = ""
+    stage: str = ""
+    config_open: bool = False
+    """Between a config's start and its outcome."""
+    in_flight: str = ""
+    nothing_to_run: bool = False
+    finished_shown: int = 0
+    outcomes_shown: int = 0
+    progress_shown_at: float = 0.0
+
+
+@dataclass
+class RunDisplay:
+    """Turns ansible-runner events into progress lines on ``stream``."""
+
+    stream: TextIO
+    live: bool
+    hosts: dict[str, HostState] = field(default_factory=dict)
+    run_dir: Path | None = None
+    """The run's results on the control node, once a config has named its directory in it."""
+    report_paths: list[str] = field(default_factory=list)
+    failed_configs: list[str] = field(default_factory=list)
+    _status_shown: bool = False
+    _status_at: float = 0.0
+
+    def handle(self, event: dict[str, Any]) -> bool:
+        """ansible-runner's event_handler: shows what the event says; False, so runner keeps no event file."""
+        kind = event.get("event", "")
+        data: dict[str, Any] = event.get("event_data") or {}
+        if kind == "playbook_on_play_start":
+            self._line(f"== {data.get('play') or data.get('name', '')}")
+        elif kind in ("runner_on_ok", "runner_retry", "runner_on_failed", "runner_on_unreachable"):
+            self._task_result(kind, data)
+        elif kind == "playbook_on_stats":
+            self._recap(data)
+        return False
+
+    def _task_result(self, kind: str, data: dict[str, Any]) -> None:
+        host_name = str(data.get("host", ""))
+        result: dict[str, Any] = data.get("res") or {}
+        host = self.hosts.setdefault(host_name, HostState())
+        if kind == "runner_on_unreachable":
+            self._line(f"{host_name}: unreachable: {_first_line(result.get('msg', ''))}")
+            return
+        if not host.config_open:
+            # A config's own failures are rescued and shown with its outcome, journal excerpt included.
+            if kind == "runner_on_failed":
+                message = str(result.get("msg", "")).strip().splitlines() or [""]
+                self._line(f"{host_name}: FAILED {data.get('task', '')}: {message[0]}")
+                for line in message[1:MESSAGE_LINES_SHOWN]:
+                    self._line(f"    | {line}")
+            elif result.get("changed"):
+                self._line(f"{host_name}: changed: {data.get('task', '')}")
+        if "progress" in result:
+            self._sweep_progress(host_name, host, result["progress"])
+            if result.get("finished"):
+                host.in_flight = ""
+        facts: dict[str, Any] = result.get("ansible_facts") or {}
+        if "bench_config_dir" in facts:
+            # A config begins: its first stage is set with it, and shown once it moves on.
+            host.config_dir = str(facts["bench_config_dir"])
+            host.config = Path(host.config_dir).name
+            # <results root>/<campaign>/<run_id>/<host>/<config>
+            self.run_dir = Path(host.config_dir).parents[1]
+            host.stage = str(facts.get("bench_stage", ""))
+            host.config_open = True
+            host.nothing_to_run = False
+            host.finished_shown = 0
+        elif facts.get("bench_started") is False:
+            host.nothing_to_run = True
+            self._line(f"{host_name} {host.config}: every point already measured (a resumed run)")
+        elif "bench_stage" in facts and facts["bench_stage"] != host.stage:
+            host.stage = str(facts["bench_stage"])
+            if not host.nothing_to_run:
+                self._line(f"{host_name} {host.config}: {host.stage}")
+        outcomes: list[dict[str, Any]] = facts.get("bench_outcomes") or []
+        for outcome in outcomes[host.outcomes_shown :]:
+            self._outcome(host_name, host, outcome)
+        host.outcomes_shown = max(host.outcomes_shown, len(outcomes))
+        if "paths" in result and str(data.get("task_action", "")).endswith("fairbench_report"):
+            self.report_paths = [str(path) for path in result["paths"]]
+
+    def _sweep_progress(self, host_name: str, host: HostState, progress: dict[str, Any]) -> None:
+        finished: list[str] = progress.get("finished") or []
+        for line in finished[host.finished_shown :]:
+            self._line(f"{host_name} {host.config}: {line}")
+        host.finished_shown = max(host.finished_shown, len(finished))
+        if not progress.get("label"):
+            return
+        host.in_flight = (
+            f"{progress['label']} {progress.get('done', 0)}/{progress.get('total', 0)} requests"
+            + (f", {progress['failed']} failed" if progress.get("failed") else "")
+            + f", {progress.get('output_tokens_per_s', 0):,.0f} tok/s"
+        )
+        now = time.monotonic()
+        if self.live:
+            self._status(force=True)
+        elif now - host.progress_shown_at >= PLAIN_PROGRESS_EVERY_S:
+            host.progress_shown_at = now
+            self._line(f"{host_name} {host.config}: {host.in_flight}")
+
+    def _outcome(self, host_name: str, host: HostState, outcome: dict[str, Any]) -> None:
+        host.in_flight = ""
+        host.config_open = False
+        config = outcome.get("config", host.config)
+        failure: dict[str, Any] = outcome.get("failure") or {}
+        if outcome.get("status") != "failed":
+            self._line(f"{host_name} {config}: ok")
+            return
+        self.failed_configs.append(f"{host_name}/{config}")
+        reason = _first_line(failure.get("reason", ""))
+        self._line(f"{host_name} {config}: FAILED at {failure.get('stage', '?')}: {reason}")
+        for line in _journal_tail(Path(host.config_dir)):
+            self._line(f"    | {line}")
+
+    def _recap(self, data: dict[str, Any]) -> None:
+        counts = {key: data.get(key) or {} for key in ("ok", "changed", "failures", "dark", "skipped")}
+        names = sorted(set().union(*(set(per_host) for per_host in counts.values())))
+        for name in names:
+            self._line(
+                f"{name}: ok={counts['ok'].get(name, 0)} changed={counts['changed'].get(name, 0)} "
+                f"failed={counts['failures'].get(name, 0)} unreachable={counts['dark'].get(name, 0)}"
+            )
+
+    def _line(self, text: str) -> None:
+        if self._status_shown:
+            self.stream.write("\r\033[K")
+            self._status_shown = False
+        self.stream.write(text + "\n")
+        if self.live:
+            self._status(force=True)
+        self.stream.flush()
+
+    def _status(self, *, force: bool) -> None:
+        now = time.monotonic()
+        flying = [
+            f"{name} {host.config} {host.in_flight}" for name, host in self.hosts.items() if host.in_flight
+        ]
+        if not flying or not (force or now - self._status_at >= STATUS_LINE_EVERY_S):
+            return
+        self._status_at = now
+        self.stream.write("\r\033[K" + " | ".join(flying))
+        self._status_shown = True
+        self.stream.flush()
+
+    def close(self) -> None:
+        """Ends the status line, so what follows starts on a line of its own."""
+        if self._status_shown:
+            self.stream.write("\r\033[K")
+            self._status_shown = False
+            self.stream.flush()
+
+
+def _first_line(text: object) -> str:
+    lines = str(text).strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def _journal_tail(config_dir: Path) -> list[str]:
+    """The last journal lines a failed config's status.json quotes (none when it is unreadable)."""
+    try:
+        status = json.loads((config_dir / "status.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    tail: list[str] = status.get("journal_tail") or []
+    return tail[-JOURNAL_LINES_SHOWN:]
