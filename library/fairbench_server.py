@@ -51,7 +51,7 @@ server_info:
   description: The server's /server_info.
   type: dict
 host:
-  description: OS, kernel, Python and fairbench version of the host.
+  description: OS, kernel, Python and fairbench version of the host, and its GPUs (gpu, fairbench.gpu facts).
   type: dict
 """
 
