@@ -375,6 +375,34 @@ def test_the_preflight_gathers_facts_and_refuses_nothing_for_the_simulator(
     assert len(facts["gpus"]) == 2 and facts["interconnect"] == "nvlink"
 
 
+@pytest.mark.parametrize("engine", ["sim", "sglang"])
+def test_a_failing_nvidia_smi_fails_the_preflight_only_for_gpu_servers(tmp_path: Path, engine: str) -> None:
+    # As on a host whose driver is installed but sees no GPU (the lab's stub driver package).
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    failing = bin_dir / "nvidia-smi"
+    failing.write_text('#!/usr/bin/env bash\necho "No devices were found"\nexit 6\n')
+    failing.chmod(0o755)
+    preflight = {
+        "name": "Preflight",
+        "ansible.builtin.include_role": {"name": "bench", "tasks_from": "preflight.yml"},
+        "vars": {
+            "bench_campaign": "{{ fairbench_campaign }}",
+            "bench_venv_python": {"stat": {"exists": True}},
+            "bench_venv_dir": str(Path(sys.executable).parent.parent),
+        },
+    }
+    tasks = [_load_task(str(_campaign_file(tmp_path, engine))), preflight]
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    if engine == "sim":
+        results = run_play(tmp_path, tasks, env=env)
+        assert not results["Preflight"].get("failed"), results["Preflight"]
+    else:
+        # any_errors_fatal: the play stops there, before the task that would record the results.
+        with pytest.raises(pytest.fail.Exception, match="No devices were found"):
+            run_play(tmp_path, tasks, env=env)
+
+
 def test_the_campaign_stops_before_deploying_when_a_config_needs_more_gpus_than_the_host_has(
     tmp_path: Path, fake_nvidia_smi: Path
 ) -> None:
