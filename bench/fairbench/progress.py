@@ -7,7 +7,6 @@ point in flight and the lines of the points finished so far.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -75,7 +74,6 @@ class Progress:
             "failed": self._failed,
             "output_tokens_per_s": round(self._tokens / elapsed, 1),
             "finished": list(self._finished_lines),
-            "pid": os.getpid(),
         }
 
     def note(self, message: str) -> None:

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-STATUS_LINE_EVERY_S = 0.5
 PLAIN_PROGRESS_EVERY_S = 30.0
 """Without a terminal, a sweep's in-flight line at most this often per host (its finished points always)."""
 JOURNAL_LINES_SHOWN = 10
@@ -27,8 +26,8 @@ MESSAGE_LINES_SHOWN = 20
 class HostState:
     """One GPU host as the display last saw it."""
 
-    config: str = ""
     config_dir: str = ""
+    """The config's results on the control node: <results root>/<campaign>/<run_id>/<host>/<config>."""
     stage: str = ""
     config_open: bool = False
     """Between a config's start and its outcome."""
@@ -37,6 +36,10 @@ class HostState:
     finished_shown: int = 0
     outcomes_shown: int = 0
     progress_shown_at: float = 0.0
+
+    @property
+    def config(self) -> str:
+        return Path(self.config_dir).name if self.config_dir else ""
 
 
 @dataclass
@@ -51,7 +54,6 @@ class RunDisplay:
     report_paths: list[str] = field(default_factory=list)
     failed_configs: list[str] = field(default_factory=list)
     _status_shown: bool = False
-    _status_at: float = 0.0
 
     def handle(self, event: dict[str, Any]) -> bool:
         """ansible-runner's event_handler: shows what the event says; False, so runner keeps no event file."""
@@ -89,8 +91,6 @@ class RunDisplay:
         if "bench_config_dir" in facts:
             # A config begins: its first stage is set with it, and shown once it moves on.
             host.config_dir = str(facts["bench_config_dir"])
-            host.config = Path(host.config_dir).name
-            # <results root>/<campaign>/<run_id>/<host>/<config>
             self.run_dir = Path(host.config_dir).parents[1]
             host.stage = str(facts.get("bench_stage", ""))
             host.config_open = True
@@ -124,7 +124,7 @@ class RunDisplay:
         )
         now = time.monotonic()
         if self.live:
-            self._status(force=True)
+            self._status()
         elif now - host.progress_shown_at >= PLAIN_PROGRESS_EVERY_S:
             host.progress_shown_at = now
             self._line(f"{host_name} {host.config}: {host.in_flight}")
@@ -158,17 +158,16 @@ class RunDisplay:
             self._status_shown = False
         self.stream.write(text + "\n")
         if self.live:
-            self._status(force=True)
+            self._status()
         self.stream.flush()
 
-    def _status(self, *, force: bool) -> None:
-        now = time.monotonic()
+    def _status(self) -> None:
+        """Redraws the sweeps in flight below the lasting lines (events come seconds apart: no throttle)."""
         flying = [
             f"{name} {host.config} {host.in_flight}" for name, host in self.hosts.items() if host.in_flight
         ]
-        if not flying or not (force or now - self._status_at >= STATUS_LINE_EVERY_S):
+        if not flying:
             return
-        self._status_at = now
         self.stream.write("\r\033[K" + " | ".join(flying))
         self._status_shown = True
         self.stream.flush()

@@ -350,26 +350,29 @@ def _campaign_file(tmp_path: Path, engine: str) -> Path:
     return campaign
 
 
+PREFLIGHT_TASK = {
+    "name": "Preflight",
+    "ansible.builtin.include_role": {"name": "bench", "tasks_from": "preflight.yml"},
+    "vars": {
+        "bench_campaign": "{{ fairbench_campaign }}",
+        "bench_venv_python": {"stat": {"exists": True}},
+        "bench_venv_dir": str(Path(sys.executable).parent.parent),
+    },
+}
+"""The preflight tasks alone, in this interpreter's venv (the whole campaign would go on to deploy here)."""
+
+
 def test_the_preflight_gathers_facts_and_refuses_nothing_for_the_simulator(
     tmp_path: Path, fake_nvidia_smi: Path
 ) -> None:
-    # The preflight tasks alone (the whole campaign would go on to deploy here). tp8 runs on the simulator.
-    preflight = {
-        "name": "Preflight",
-        "ansible.builtin.include_role": {"name": "bench", "tasks_from": "preflight.yml"},
-        "vars": {
-            "bench_campaign": "{{ fairbench_campaign }}",
-            "bench_venv_python": {"stat": {"exists": True}},
-            "bench_venv_dir": str(Path(sys.executable).parent.parent),
-        },
-    }
+    # tp8 runs on the simulator.
     gathered = {
         "name": "Gathered",
         "ansible.builtin.set_fact": {"gathered": "{{ ansible_facts['gpu_facts'] }}"},
     }
     load = _load_task(str(_campaign_file(tmp_path, "sim")))
     path = {"PATH": f"{fake_nvidia_smi.parent}:{os.environ['PATH']}"}
-    results = run_play(tmp_path, [load, preflight, gathered], env=path)
+    results = run_play(tmp_path, [load, PREFLIGHT_TASK, gathered], env=path)
     assert not results["Preflight"].get("failed"), results["Preflight"]
     facts = results["Gathered"]["ansible_facts"]["gathered"]
     assert len(facts["gpus"]) == 2 and facts["interconnect"] == "nvlink"
@@ -383,16 +386,7 @@ def test_a_failing_nvidia_smi_fails_the_preflight_only_for_gpu_servers(tmp_path:
     failing = bin_dir / "nvidia-smi"
     failing.write_text('#!/usr/bin/env bash\necho "No devices were found"\nexit 6\n')
     failing.chmod(0o755)
-    preflight = {
-        "name": "Preflight",
-        "ansible.builtin.include_role": {"name": "bench", "tasks_from": "preflight.yml"},
-        "vars": {
-            "bench_campaign": "{{ fairbench_campaign }}",
-            "bench_venv_python": {"stat": {"exists": True}},
-            "bench_venv_dir": str(Path(sys.executable).parent.parent),
-        },
-    }
-    tasks = [_load_task(str(_campaign_file(tmp_path, engine))), preflight]
+    tasks = [_load_task(str(_campaign_file(tmp_path, engine))), PREFLIGHT_TASK]
     env = {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
     if engine == "sim":
         results = run_play(tmp_path, tasks, env=env)
