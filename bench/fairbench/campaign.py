@@ -11,6 +11,12 @@ Each message starts with the file name, then the key path, then the rule::
 
     campaigns/x.yml: configs.ep4.args.ep-size: 3 does not divide tp-size 8
 
+Every ``args`` flag is checked, where it is written (``common.args.X`` or ``configs.NAME.args.X``), against
+SGLang's flag table that the simulator ships (``fairbench/sim/sglang_flags.json``): its name, whether it
+takes values and how many, their type and their choices, as its rendered ``--key value`` would be parsed
+by ``sglang.launch_server`` and by ``fairbench sim`` alike. SGLang's own parser remains the stronger
+judge (``fairbench validate --sglang-parser``), but this check needs no SGLang install.
+
 Beyond DESIGN.md's example the file accepts:
 
 - ``sim:`` beside ``args:`` and ``env:`` (in ``common`` and in a config): flags of
@@ -27,15 +33,19 @@ Beyond DESIGN.md's example the file accepts:
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import math
 import re
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any, TypeGuard, TypeVar
 
 import yaml
+
+from fairbench.sim.args import CONVERTERS, VALUED_ACTIONS, flag_table, sglang_version
 
 ENGINES = ("sglang", "sim")
 APIS = ("completions", "chat", "generate")
@@ -88,8 +98,15 @@ _DEPRECATED_ARGS = {
     "and cuda-graph-backend-prefill: disabled",
 }
 _POSITIVE_INT_ARGS = ("tp-size", "ep-size", "pp-size", "dp-size", "max-running-requests")
-_BOOL_ARGS = ("enable-eplb", "enable-dp-attention")
 _SGLANG_DEFAULTS = {"tp-size": 1, "ep-size": 1}
+# argparse, SGLang's parser, takes a word after a flag that starts with '-' for another flag, unless it
+# reads as a negative number (argparse's own pattern) or holds a space.
+_NEGATIVE_NUMBER = re.compile(r"-\d+|-\d*\.\d+")
+_VALUE_COUNTS = {None: "one value", "?": "at most one value", "+": "one or more values"}
+"""What a valued flag takes, by its ``nargs`` in the flag table (``*`` takes any number: every shape)."""
+_VALUE_KINDS = {"int": "an integer", "float": "a number", "loads": "JSON"}
+"""The flag table's value types whose converters fail with a bare ValueError, in words (the others'
+errors say what is wrong themselves)."""
 
 T = TypeVar("T")
 V = TypeVar("V")
@@ -500,11 +517,15 @@ def _string(findings: _Findings, path: str, value: object) -> str:
     return ""
 
 
+def _one_of(choices: Sequence[object], value: object) -> str:
+    return f"must be one of {', '.join(map(str, choices))}, got {_describe(value)}"
+
+
 def _choice(choices: Sequence[str]) -> Callable[[_Findings, str, object], str]:
     def check(findings: _Findings, path: str, value: object) -> str:
         if isinstance(value, str) and value in choices:
             return value
-        findings.error(path, f"must be one of {', '.join(choices)}, got {_describe(value)}")
+        findings.error(path, _one_of(choices, value))
         return choices[0]
 
     return check
@@ -547,19 +568,90 @@ def _flags(findings: _Findings, path: str, value: object) -> dict[str, ArgValue]
 
 
 def _sglang_args(findings: _Findings, path: str, value: object) -> dict[str, ArgValue]:
-    """``_flags``, plus the rules on single SGLang flags, checked where the flag is written."""
+    """``_flags``, plus the rules on single SGLang flags, checked where the flag is written.
+
+    The campaign's own rules come first, and a flag that breaks one is not also judged by the flag table:
+    one message per mistake, the more specific one.
+    """
     args = _flags(findings, path, value)
     for key, item in args.items():
         key_path = _join(path, key)
-        if key in _REJECTED_ARGS:
-            findings.error(key_path, _REJECTED_ARGS[key])
         if key in _DEPRECATED_ARGS:
             findings.warn(key_path, _DEPRECATED_ARGS[key])
-        if key in _POSITIVE_INT_ARGS and not (_is_int(item) and item > 0):
+        if key in _REJECTED_ARGS:
+            findings.error(key_path, _REJECTED_ARGS[key])
+        elif key in _POSITIVE_INT_ARGS and not (_is_int(item) and item > 0):
             findings.error(key_path, f"must be a positive integer, got {_describe(item)}")
-        if key in _BOOL_ARGS and not isinstance(item, bool):
-            findings.error(key_path, f"must be true or false, got {_describe(item)}")
+        else:
+            _check_sglang_flag(findings, key_path, key, item)
     return args
+
+
+@cache
+def _sglang_flags() -> dict[str, dict[str, Any]]:
+    """SGLang's flags from the simulator's flag table, by their campaign spelling (no ``--``), every alias
+    and ``no-`` form included."""
+    return {
+        option_string.removeprefix("--"): option
+        for option in flag_table()["options"]
+        for option_string in option["option_strings"]
+    }
+
+
+def _check_sglang_flag(findings: _Findings, path: str, key: str, value: ArgValue) -> None:
+    """``--key value`` as rendered, judged the way SGLang's parser would judge it."""
+    option = _sglang_flags().get(key)
+    if option is None:
+        known = [flag for flag in _sglang_flags() if flag not in _REJECTED_ARGS]
+        findings.error(path, f"unknown SGLang {sglang_version()} flag{_did_you_mean(key, known)}")
+    elif option["action"] not in VALUED_ACTIONS:
+        if not isinstance(value, bool):
+            findings.error(path, f"must be true or false, got {_describe(value)}")
+    elif not _takes(option["nargs"], value):
+        findings.error(path, f"takes {_VALUE_COUNTS[option['nargs']]}, got {_describe(value)}")
+    else:
+        for item_path, item in _rendered_values(path, value):
+            problem = _value_problem(option, item)
+            if problem is not None:
+                findings.error(item_path, problem)
+
+
+def _takes(nargs: str | None, value: ArgValue) -> bool:
+    """Whether a valued flag takes a value of this shape. A boolean renders the flag bare (true) or leaves
+    it out (false), which suits only a flag whose value is optional; a list suits only a flag of several."""
+    if isinstance(value, bool):
+        return nargs in ("?", "*")
+    if isinstance(value, tuple):
+        return nargs in ("+", "*")
+    return True
+
+
+def _rendered_values(path: str, value: ArgValue) -> list[tuple[str, Scalar]]:
+    """The values ``render_flags`` puts after the flag, each with its key path (``path[i]`` in a list)."""
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, tuple):
+        return [(f"{path}[{index}]", item) for index, item in enumerate(value)]
+    return [(path, value)]
+
+
+def _value_problem(option: Mapping[str, Any], value: Scalar) -> str | None:
+    """What SGLang's parser would object to in one rendered value: taken for a flag, not of the flag's
+    type (converted by the simulator's copies of SGLang's converters), or not among its choices."""
+    word = str(value)
+    if word.startswith("-") and not _NEGATIVE_NUMBER.fullmatch(word) and " " not in word:
+        return f"{_describe(value)} starts with '-': SGLang's parser would take it for a flag"
+    kind = option["type"] or "str"
+    try:
+        converted = CONVERTERS[kind](word)
+    except argparse.ArgumentTypeError as exc:
+        return str(exc)
+    except (TypeError, ValueError):
+        return f"must be {_VALUE_KINDS.get(kind, f'a {kind} value')}, got {_describe(value)}"
+    choices = option["choices"]
+    if choices is not None and converted not in choices:
+        return _one_of(choices, value)
+    return None
 
 
 def _env(findings: _Findings, path: str, value: object) -> dict[str, str]:

@@ -15,12 +15,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from fairbench import campaign as campaign_module
 from fairbench import campaign_cli
-from fairbench.campaign import load_campaign
+from fairbench.campaign import ArgValue, CampaignError, load_campaign, parse_campaign, render_flags
 from fairbench.sglang_parser import check_campaign, parse_argvs, venv_python
 
 REPO = Path(__file__).resolve().parents[2]
@@ -113,12 +115,15 @@ def test_validate_cli_fails_for_a_campaign_using_enable_ep_moe(
     sglang_venv: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`fairbench validate --sglang-parser`: the shipped campaign passes; the same campaign with enable-ep-moe
-    fails. The model's own rule against enable-ep-moe is lifted here, so that SGLang's parser is the judge."""
+    fails. The model's own rules against enable-ep-moe (its rejection, and the flag table that lacks it) are
+    lifted here, so that SGLang's parser is the judge."""
     shipped = REPO / "campaigns" / "kimi-k2.6-pcie.yml"
     assert campaign_cli.run(argparse.Namespace(files=[str(shipped)], sglang_parser=str(sglang_venv))) == 0
     assert "sglang parser: ep8: ok" in capsys.readouterr().out
 
     monkeypatch.delitem(campaign_module._REJECTED_ARGS, "enable-ep-moe")
+    table = campaign_module._sglang_flags()
+    monkeypatch.setitem(table, "enable-ep-moe", table["enable-eplb"])  # a bare flag, as it was
     bad = tmp_path / "ep-moe.yml"
     bad.write_text(
         shipped.read_text().replace(
@@ -133,3 +138,74 @@ def test_validate_cli_fails_for_a_campaign_using_enable_ep_moe(
         in err
     )
     assert "configs.tp8:" not in err
+
+
+# Launch arguments the offline check (the bundled flag table) accepts, and ones it rejects: SGLang's own
+# parser must give each the same verdict.
+OFFLINE_ACCEPTS: dict[str, dict[str, Any]] = {
+    "typical": {"tp-size": 8, "mem-fraction-static": 0.88, "trust-remote-code": True},
+    "choices": {"schedule-policy": "lpm", "attention-backend": "triton", "log-requests-level": 3},
+    "negative-numbers": {"random-seed": -1, "schedule-conservativeness": -0.5},
+    "suffixed-int": {"context-length": "25.6k"},
+    "list": {"cuda-graph-bs-decode": [1, 2, 4, 8]},
+    "optional-values-left-out": {"model-checksum": True, "lora-paths": True},
+    "boolean-optional": {"no-enable-tf32-matmul": True},
+    "alias": {"enable-hicache": True},
+    "retired-flag": {"monokernel-backend": "amd"},
+    "leading-dash-with-a-space": {"served-model-name": "-kimi k2"},
+}
+OFFLINE_REJECTS: dict[str, dict[str, Any]] = {
+    "unknown-flag": {"tp-szie": 8},
+    "float-type": {"mem-fraction-static": "lots"},
+    "int-type": {"chunked-prefill-size": 8.5},
+    "suffixed-int-type": {"context-length": "1.5Ki"},
+    "bare-flag-with-a-value": {"trust-remote-code": "yes"},
+    "choice": {"schedule-policy": "fastest"},
+    "integer-choice": {"log-requests-level": 4},
+    "list-for-one-value": {"mem-fraction-static": [0.8, 0.9]},
+    "no-value": {"cuda-graph-bs-decode": True},
+    "list-item-type": {"cuda-graph-bs-decode": [1, "two"]},
+    "leading-dash": {"served-model-name": "-kimi"},
+    "negative-exponent": {"schedule-conservativeness": -0.00001},
+    "removed-backend": {"cuda-graph-backend-decode": "tc_piecewise"},
+}
+
+
+def _offline_errors(args: dict[str, Any]) -> list[str]:
+    """The campaign model's errors for one config with ``args``: its verdict without SGLang."""
+    document = {
+        "name": "agree",
+        "engine": "sglang",
+        "model": "moonshotai/Kimi-K2.6",
+        "configs": {"c": {"args": args}},
+        "workload": {
+            "api": "completions",
+            "dataset": "random-ids",
+            "input_len": 128,
+            "output_len": 64,
+            "concurrency": [1],
+            "prompts_per_level": 16,
+            "warmup": 0,
+        },
+    }
+    try:
+        parse_campaign(yaml.safe_dump(document), "agree.yml", Path())
+    except CampaignError as exc:
+        return exc.messages
+    return []
+
+
+def _as_arg_values(args: dict[str, Any]) -> dict[str, ArgValue]:
+    """YAML's lists as the campaign model holds them (tuples), for ``render_flags``."""
+    return {key: tuple(value) if isinstance(value, list) else value for key, value in args.items()}
+
+
+def test_the_offline_flag_check_agrees_with_sglangs_parser(sglang_venv: Path) -> None:
+    cases = {**OFFLINE_ACCEPTS, **OFFLINE_REJECTS}
+    offline = {name: _offline_errors(args) for name, args in cases.items()}
+    assert {name: errors for name, errors in offline.items() if name in OFFLINE_ACCEPTS and errors} == {}
+    assert [name for name in OFFLINE_REJECTS if not offline[name]] == []
+    argvs = {name: ["--model-path", "m", *render_flags(_as_arg_values(args))] for name, args in cases.items()}
+    sglang = parse_argvs(sglang_venv, argvs)
+    assert {name: sglang[name] for name in OFFLINE_ACCEPTS if sglang[name] is not None} == {}
+    assert [name for name in OFFLINE_REJECTS if sglang[name] is None] == []

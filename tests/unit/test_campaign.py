@@ -579,9 +579,13 @@ def test_extends_inherits_and_declared_lists_what_differs_from_common() -> None:
 
 def test_a_value_equal_to_common_is_not_a_difference_but_another_type_is() -> None:
     document = changed(
-        ("configs.tp8.args.mem-fraction-static", 0.88), ("configs.tp8.args.trust-remote-code", 1)
+        ("common.args.schedule-conservativeness", 1),
+        ("configs.tp8.args.mem-fraction-static", 0.88),
+        ("configs.tp8.args.schedule-conservativeness", 1.0),
     )
-    assert parse(document).configs["tp8"].declared.args == {"tp-size": 8, "trust-remote-code": 1}
+    declared = parse(document).configs["tp8"].declared.args
+    assert declared == {"tp-size": 8, "schedule-conservativeness": 1.0}
+    assert isinstance(declared["schedule-conservativeness"], float)  # renders 1.0, not common's 1
 
 
 def test_unset_removes_a_common_key_and_is_recorded() -> None:

@@ -70,6 +70,10 @@ MODELLED_FIELDS = frozenset(
 )
 
 
+VALUED_ACTIONS = ("store", "store_const_value")
+"""The flag table's actions whose flag is followed by values; every other action is a bare switch."""
+
+
 @cache
 def flag_table() -> dict[str, Any]:
     text = resources.files("fairbench.sim").joinpath("sglang_flags.json").read_text()
@@ -462,7 +466,7 @@ def _describe_arguments(
         flag = next(s for s in option["option_strings"] if s.startswith("--"))
         if dest not in MODELLED_FIELDS:
             not_modelled.append(flag)
-        if option["action"] in ("store", "store_const_value"):
+        if option["action"] in VALUED_ACTIONS:
             values = value if isinstance(value, list) else [value]
             command += [flag, *(json.dumps(v) if isinstance(v, dict) else str(v) for v in values)]
         elif option["action"] == "boolean_optional" and value is False:
