@@ -13,6 +13,7 @@ try:
     from fairbench.client import ServerUnreachable
     from fairbench.energy import GpuSelectionError
     from fairbench.results import ResultsError
+    from fairbench.vocabulary import VocabularyError
 except ImportError as exc:
     FAIRBENCH_IMPORT_ERROR = (
         f"fairbench is not importable: use fairbench's venv Python (ansible_python_interpreter): {exc}"
@@ -109,7 +110,7 @@ def main() -> None:
     )
     try:
         outcome = sweep(spec, Path(params["out"]), check=module.check_mode)
-    except (ResultsError, ServerUnreachable) as exc:
+    except (ResultsError, ServerUnreachable, VocabularyError) as exc:
         module.fail_json(msg=str(exc))
     except GpuSelectionError as exc:
         module.fail_json(msg=f"energy_gpus: {exc}")

@@ -77,6 +77,7 @@ def sweep_spec(
             dataset=workload.dataset,
             seed=workload.seed,
             as_text=workload.api == "chat",
+            vocab_size=workload.vocab_size,
         ),
         concurrency=list(workload.concurrency),
         api=workload.api,

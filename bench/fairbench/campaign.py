@@ -28,7 +28,9 @@ Beyond DESIGN.md's example the file accepts:
   the serving role's default applies).
 - an ``args`` value may be a list of numbers or strings: ``--key v1 v2 ...``.
 
-``repeats`` and ``seed`` of the workload default to 1; every other workload key is required.
+``repeats`` and ``seed`` of the workload default to 1; ``vocab_size`` (optional) fixes the range of random
+token ids, which the sweep otherwise learns from the served model's files; every other workload key is
+required.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ _WORKLOAD_REQUIRED = (
     "prompts_per_level",
     "warmup",
 )
-_WORKLOAD_KEYS = (*_WORKLOAD_REQUIRED, "repeats", "seed")
+_WORKLOAD_KEYS = (*_WORKLOAD_REQUIRED, "repeats", "seed", "vocab_size")
 
 _UNIT_NAME_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _FLAG_NAME = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
@@ -177,6 +179,8 @@ class Workload:
     warmup: LevelCount
     repeats: int
     seed: int
+    vocab_size: int | None = None
+    """Random token ids from ``[0, vocab_size)``; None: learned from the served model's files."""
 
     def prompts_at(self, concurrency: int) -> int:
         return max(self.prompts_per_level.at(concurrency), MIN_PROMPTS_PER_LEVEL)
@@ -195,6 +199,8 @@ class Workload:
             "warmup": self.warmup.to_json(),
             "repeats": self.repeats,
             "seed": self.seed,
+            # Absent rather than null: the campaign file's spelling, where the key is optional.
+            **({} if self.vocab_size is None else {"vocab_size": self.vocab_size}),
         }
 
     @classmethod
@@ -1034,6 +1040,7 @@ def _workload(findings: _Findings, path: str, value: object, base_dir: Path) -> 
         warmup=fields.get("warmup", _level_count(0), stand_in.warmup),
         repeats=fields.get("repeats", _positive_int, stand_in.repeats),
         seed=fields.get("seed", _int, stand_in.seed),
+        vocab_size=fields.get("vocab_size", _positive_int, stand_in.vocab_size),
     )
 
 

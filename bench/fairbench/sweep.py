@@ -20,12 +20,13 @@ from time import perf_counter, perf_counter_ns
 from typing import Any
 
 from fairbench import __version__
-from fairbench.client import ApiFormat, StreamClient
+from fairbench.client import ApiFormat, ServerUnreachable, StreamClient
 from fairbench.energy import EnergySampler, EnergyUnavailable, GpuEnergy, optional_sampler, point_fields
 from fairbench.metrics import point_metrics
 from fairbench.progress import Progress
 from fairbench.records import RequestRecord
 from fairbench.results import ResultsDir, point_id
+from fairbench.vocabulary import Vocabulary, VocabularyError, explicit, from_model_info
 from fairbench.workload import Prompt, Workload, WorkloadSpec, parse_count
 
 MIN_PROMPTS_PER_LEVEL = 16
@@ -62,11 +63,13 @@ class SweepSpec:
     """The GPUs whose energy counts, by NVML index; None: every GPU. Like ``energy``, not one of the
     settings: energy is measured beside the point and does not change it, so a resume may differ here."""
 
-    def settings(self) -> dict[str, Any]:
-        """The inputs a resumed sweep must share with the original (see ResultsDir.prepare)."""
+    def settings(self, vocabulary: Vocabulary | None) -> dict[str, Any]:
+        """The inputs a resumed sweep must share with the original (see ResultsDir.prepare); ``vocabulary``
+        is the one the token ids are drawn from (a resume against another model is refused)."""
         return {
             "api": self.api,
             "workload": asdict(self.workload),
+            "vocabulary": vocabulary.to_json() if vocabulary else None,
             "concurrency": self.concurrency,
             "prompts_per_level": self.prompts_per_level,
             "warmup": self.warmup,
@@ -178,15 +181,14 @@ class Sweep:
         self.spec = spec
         self.results = results
         self.progress = progress
-        self.workload = Workload(spec.workload)
         # Request ids differ between runs: a resumed sweep must not reuse the id of a
         # request that a killed run left in flight (SGLang rejects duplicate ids).
         self.run_nonce = secrets.token_hex(4)
 
     def prepare(
-        self, api: ApiFormat, level: int, repeat: int, count: int, phase: str
+        self, workload: Workload, api: ApiFormat, level: int, repeat: int, count: int, *, phase: str
     ) -> list[PreparedRequest]:
-        prompts = self.workload.prompts(count, concurrency=level, repeat=repeat, phase=phase)
+        prompts = workload.prompts(count, concurrency=level, repeat=repeat, phase=phase)
         prefix = f"fairbench-{self.run_nonce}-{point_id(level, repeat)}-{phase}"
         rids = [f"{prefix}-{prompt.index}" for prompt in prompts]
         return [
@@ -206,12 +208,7 @@ class Sweep:
     async def run(self, *, resume: bool = False) -> list[dict[str, Any]]:
         """Measure every missing point; returns the points written by this call."""
         spec = self.spec
-        self.results.prepare(spec.settings(), resume=resume)
-        self.results.discard_partial()
         todo = self.plan(self.results.completed_ids())
-        skipped = len(spec.concurrency) * spec.repeats - len(todo)
-        if skipped:
-            self.progress.note(f"resuming: {skipped} point(s) already in {self.results.points_path}")
         written: list[dict[str, Any]] = []
         if not todo:
             return written
@@ -228,22 +225,54 @@ class Sweep:
                 client.api.model = models["data"][0]["id"]
             else:
                 await client.get_json("/health")
+            vocabulary = await self.vocabulary(client)
+            self.results.prepare(spec.settings(vocabulary), resume=resume)
+            self.results.discard_partial()
+            skipped = len(spec.concurrency) * spec.repeats - len(todo)
+            if skipped:
+                self.progress.note(f"resuming: {skipped} point(s) already in {self.results.points_path}")
+            workload = Workload(spec.workload, vocabulary)
             # One sampler for the whole sweep: NVML starts once, not per point.
             with optional_sampler(spec.energy_gpus, self.progress.note, enabled=spec.energy) as energy:
                 for level, repeat in todo:
-                    point, records = await self._measure_point(client, level, repeat, energy)
+                    point, records = await self._measure_point(client, workload, level, repeat, energy)
                     self.results.write_point(point, records)
                     written.append(point)
         return written
 
+    async def vocabulary(self, client: StreamClient) -> Vocabulary | None:
+        """The ids random prompts may use (None when prompts are text): the user's size, else learned from
+        the files of the model the server's ``/model_info`` names (see vocabulary.py)."""
+        workload = self.spec.workload
+        if not workload.sends_token_ids:
+            return None
+        if workload.vocab_size is not None:
+            return explicit(workload.vocab_size, "vocab_size, set by the user")
+        try:
+            model_info = await client.get_json("/model_info")
+        except (ServerUnreachable, ValueError) as exc:  # a server or proxy without the route
+            raise VocabularyError(
+                f"{exc}; random token ids need the served model's vocabulary: give --vocab-size N"
+            ) from None
+        vocabulary = from_model_info(model_info if isinstance(model_info, dict) else {})
+        self.progress.note(
+            f"token ids: {vocabulary.size} less {len(vocabulary.excluded)} special, from {vocabulary.source}"
+        )
+        return vocabulary
+
     async def _measure_point(
-        self, client: StreamClient, level: int, repeat: int, energy: EnergySampler | None = None
+        self,
+        client: StreamClient,
+        workload: Workload,
+        level: int,
+        repeat: int,
+        energy: EnergySampler | None = None,
     ) -> tuple[dict[str, Any], list[RequestRecord]]:
         spec = self.spec
         pid = point_id(level, repeat)
         count = parse_count(spec.prompts_per_level, level, minimum=MIN_PROMPTS_PER_LEVEL)
         warmup_count = parse_count(spec.warmup, level)
-        requests = self.prepare(client.api, level, repeat, count, "measure")
+        requests = self.prepare(workload, client.api, level, repeat, count, phase="measure")
         if spec.flush_cache:
             status, body = await client.post("/flush_cache")
             if status != 200:
@@ -253,7 +282,7 @@ class Sweep:
             self.progress.start(f"{pid} warmup", warmup_count)
             warm_records, _ = await run_closed_loop(
                 client,
-                requests=self.prepare(client.api, level, repeat, warmup_count, "warmup"),
+                requests=self.prepare(workload, client.api, level, repeat, warmup_count, phase="warmup"),
                 concurrency=level,
                 on_done=self.progress.request_done,
             )

@@ -15,6 +15,7 @@ from fairbench.energy import GpuSelectionError
 from fairbench.progress import Progress
 from fairbench.results import ResultsDir, ResultsError
 from fairbench.sweep import Sweep, SweepSpec
+from fairbench.vocabulary import VocabularyError
 from fairbench.workload import WorkloadError, WorkloadSpec, parse_count
 
 
@@ -86,6 +87,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--repeats", type=positive(int), default=1, help="measure every level this many times"
     )
     parser.add_argument("--seed", type=int, default=1, help="prompt seed (default 1)")
+    parser.add_argument(
+        "--vocab-size",
+        type=positive(int),
+        help="random token ids from [0, N) (default: the served model's vocabulary, from its files)",
+    )
     parser.add_argument("--flush-cache", action="store_true", help="POST /flush_cache before each level")
     parser.add_argument(
         "--max-error-rate", type=float, default=0.5, help="stop a level when more requests fail (default 0.5)"
@@ -121,6 +127,7 @@ def spec_from_args(args: argparse.Namespace) -> SweepSpec:
             range_ratio=args.range_ratio,
             seed=args.seed,
             as_text=args.api == "chat",
+            vocab_size=args.vocab_size,
         )
     except WorkloadError as exc:
         raise UsageError(f"--{str(exc).replace('_', '-')}") from None
@@ -195,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
     sweep = Sweep(spec, results, Progress(sys.stderr, live=live))
     try:
         asyncio.run(sweep.run(resume=args.resume))
-    except (ResultsError, ServerUnreachable) as exc:
+    except (ResultsError, ServerUnreachable, VocabularyError) as exc:
         print(f"fairbench sweep: error: {exc}", file=sys.stderr)
         return 1
     except GpuSelectionError as exc:

@@ -14,10 +14,7 @@ from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
-# Token ids are drawn from this range: below the special tokens of every common
-# tokenizer (they sit at the top of the vocabulary, or below 100 in older ones).
-TOKEN_ID_LOW = 100
-TOKEN_ID_HIGH = 30_000
+from fairbench.vocabulary import Vocabulary
 
 # Chat prompts must be text. Without a tokenizer, random-ids prompts for chat are
 # built from short common words, about one token each; the server's count is used.
@@ -55,6 +52,8 @@ class WorkloadSpec:
     seed: int = 1
     as_text: bool = False
     """Prompts must be text (the chat API)."""
+    vocab_size: int | None = None
+    """Token ids come from ``[0, vocab_size)``; None: from the served model's vocabulary (vocabulary.py)."""
 
     def __post_init__(self) -> None:
         if self.input_len < 1:
@@ -63,18 +62,26 @@ class WorkloadSpec:
             raise WorkloadError(f"output_len: {self.output_len} must be a positive integer")
         if not 0.0 < self.range_ratio <= 1.0:
             raise WorkloadError(f"range_ratio: {self.range_ratio} must be in (0, 1]")
+        if self.vocab_size is not None and self.vocab_size < 1:
+            raise WorkloadError(f"vocab_size: {self.vocab_size} must be a positive integer")
+
+    @property
+    def sends_token_ids(self) -> bool:
+        """Whether prompts are random token ids, which must exist in the served model's vocabulary."""
+        return self.dataset == "random-ids" and not self.as_text
 
 
 def _draw_length(rng: random.Random, full: int, ratio: float) -> int:
     return full if ratio >= 1.0 else rng.randint(max(1, int(full * ratio)), full)
 
 
-def _random_ids(rng: random.Random, length: int) -> list[int]:
+def _random_ids(rng: random.Random, length: int, ids: array[int]) -> list[int]:
     # randbytes + array is ~20x faster than randrange per id: prompt preparation
-    # must not delay the first request of a large point.
+    # must not delay the first request of a large point. The modulo's bias is below
+    # len(ids) / 2**32: nothing for any vocabulary.
     raw = array("I", rng.randbytes(4 * length))
-    span = TOKEN_ID_HIGH - TOKEN_ID_LOW
-    return [TOKEN_ID_LOW + value % span for value in raw]
+    span = len(ids)
+    return [ids[value % span] for value in raw]
 
 
 def _random_text(rng: random.Random, length: int) -> str:
@@ -104,11 +111,15 @@ def _load_sharegpt(path: Path) -> list[str]:
 
 
 class Workload:
-    """Builds the prompts of each point of a sweep."""
+    """Builds the prompts of each point of a sweep; random token ids come from ``vocabulary``, which a
+    spec that sends token ids must be given."""
 
-    def __init__(self, spec: WorkloadSpec) -> None:
+    def __init__(self, spec: WorkloadSpec, vocabulary: Vocabulary | None = None) -> None:
         self.spec = spec
         self._texts = None if spec.dataset == "random-ids" else _load_sharegpt(Path(spec.dataset))
+        if spec.sends_token_ids and vocabulary is None:
+            raise WorkloadError("random-ids prompts need the served model's vocabulary (none was given)")
+        self._ids = array("I", vocabulary.usable_ids() if vocabulary and spec.sends_token_ids else ())
 
     def prompts(self, count: int, *, concurrency: int, repeat: int, phase: str = "measure") -> list[Prompt]:
         """The ``count`` prompts of one point; ``phase`` separates warmup from measurement."""
@@ -126,7 +137,7 @@ class Workload:
             elif spec.as_text:
                 prompt = _random_text(rng, input_len)
             else:
-                prompt = _random_ids(rng, input_len)
+                prompt = _random_ids(rng, input_len, self._ids)
             prompts.append(Prompt(index, prompt, input_len, output_len))
         return prompts
 

@@ -150,6 +150,8 @@ WORKLOAD = {
     "warmup": 0,
     "repeats": 1,
     "seed": 1,
+    # The simulator serves its model without the model's files: the vocabulary is given.
+    "vocab_size": 163840,
 }
 
 

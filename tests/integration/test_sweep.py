@@ -30,8 +30,12 @@ max_concurrency backend dataset_name random_input_len random_output_len random_r
 FAIRBENCH = [sys.executable, "-m", "fairbench"]
 
 
+# The test server has no model files to learn a vocabulary from: token ids from a range given explicitly.
+VOCAB = ("--vocab-size", "30000")
+
+
 def sweep_args(url: str, out: Path, *extra: str) -> list[str]:
-    return [*FAIRBENCH, "sweep", "--url", url, "--out", str(out), "--progress", "lines", *extra]
+    return [*FAIRBENCH, "sweep", "--url", url, "--out", str(out), "--progress", "lines", *VOCAB, *extra]
 
 
 def run_sweep(url: str, out: Path, *extra: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -156,8 +156,12 @@ def running_sim(log_dir: Path, *flags: str, ready: str = "/health_generate") -> 
         yield sim
 
 
+# Kimi K2.6's config.json vocab_size: the simulator serves the model without its files.
+K26_VOCAB = ("--vocab-size", "163840")
+
+
 def sweep_command(url: str, out: Path, *args: str) -> list[str]:
-    return [*FAIRBENCH, "sweep", "--url", url, "--out", str(out), "--progress", "lines", *args]
+    return [*FAIRBENCH, "sweep", "--url", url, "--out", str(out), "--progress", "lines", *K26_VOCAB, *args]
 
 
 def run_sweep(url: str, out: Path, *args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:

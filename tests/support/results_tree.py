@@ -107,6 +107,7 @@ def _sweep_args(campaign: Campaign) -> list[str]:
         *("--prompts-per-level", str(workload.prompts_per_level.to_json())),
         *("--warmup", str(workload.warmup.to_json())),
         *("--repeats", str(workload.repeats), "--seed", str(workload.seed)),
+        *(("--vocab-size", str(workload.vocab_size)) if workload.vocab_size else ()),
         *("--progress", "lines"),
     ]
 

@@ -134,7 +134,7 @@ RULES = [
     pytest.param(
         changed(("workload.input_length", 8)),
         "workload.input_length: unknown key; expected one of api, dataset, input_len, output_len, "
-        "concurrency, prompts_per_level, warmup, repeats, seed (did you mean 'input_len'?)",
+        "concurrency, prompts_per_level, warmup, repeats, seed, vocab_size (did you mean 'input_len'?)",
         id="unknown-workload-key",
     ),
     pytest.param(

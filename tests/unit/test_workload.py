@@ -7,35 +7,50 @@ from pathlib import Path
 
 import pytest
 
-from fairbench.workload import TOKEN_ID_HIGH, TOKEN_ID_LOW, Workload, WorkloadError, WorkloadSpec, parse_count
+from fairbench.vocabulary import Vocabulary
+from fairbench.workload import Workload, WorkloadError, WorkloadSpec, parse_count
+
+# A small vocabulary whose specials sit at both ends, as in SentencePiece (0-2) and GPT-2 (the last id).
+SMALL = Vocabulary(size=512, excluded=(0, 1, 2, 511), source="test")
 
 
-def test_random_ids_have_exact_length_and_stay_in_the_safe_id_range() -> None:
-    prompts = Workload(WorkloadSpec(input_len=1024, output_len=64)).prompts(20, concurrency=4, repeat=0)
+def test_random_ids_have_exact_length_and_use_only_the_vocabulary_s_ordinary_ids() -> None:
+    spec = WorkloadSpec(input_len=1024, output_len=64)
+    prompts = Workload(spec, SMALL).prompts(20, concurrency=4, repeat=0)
     assert len(prompts) == 20
+    seen: set[int] = set()
     for index, prompt in enumerate(prompts):
         assert prompt.index == index
         assert isinstance(prompt.prompt, list)
         assert len(prompt.prompt) == prompt.prompt_len == 1024
         assert prompt.output_len == 64
-        assert all(TOKEN_ID_LOW <= token < TOKEN_ID_HIGH for token in prompt.prompt)
+        seen.update(prompt.prompt)
+    # 20480 draws over 508 ids: every ordinary id appears, no special and nothing past the end.
+    assert seen == set(range(3, 511))
+
+
+def test_token_id_prompts_without_a_vocabulary_are_refused() -> None:
+    with pytest.raises(WorkloadError, match="vocabulary"):
+        Workload(WorkloadSpec(input_len=8, output_len=8))
+    # Text needs none.
+    assert Workload(WorkloadSpec(input_len=8, output_len=8, as_text=True)).prompts(1, concurrency=1, repeat=0)
 
 
 def test_same_seed_same_prompts_bit_for_bit() -> None:
     spec = WorkloadSpec(input_len=128, output_len=16, seed=7, range_ratio=0.5)
-    first = Workload(spec).prompts(10, concurrency=8, repeat=1)
-    second = Workload(spec).prompts(10, concurrency=8, repeat=1)
+    first = Workload(spec, SMALL).prompts(10, concurrency=8, repeat=1)
+    second = Workload(spec, SMALL).prompts(10, concurrency=8, repeat=1)
     assert first == second
 
 
 def test_points_phases_and_seeds_get_different_prompts() -> None:
-    workload = Workload(WorkloadSpec(input_len=64, output_len=8))
+    workload = Workload(WorkloadSpec(input_len=64, output_len=8), SMALL)
     base = workload.prompts(4, concurrency=4, repeat=0)
     others = [
         workload.prompts(4, concurrency=8, repeat=0),
         workload.prompts(4, concurrency=4, repeat=1),
         workload.prompts(4, concurrency=4, repeat=0, phase="warmup"),
-        Workload(WorkloadSpec(input_len=64, output_len=8, seed=2)).prompts(4, concurrency=4, repeat=0),
+        Workload(WorkloadSpec(input_len=64, output_len=8, seed=2), SMALL).prompts(4, concurrency=4, repeat=0),
     ]
     seen = {tuple(p.prompt) for p in base if isinstance(p.prompt, list)}
     for other in others:
@@ -45,7 +60,7 @@ def test_points_phases_and_seeds_get_different_prompts() -> None:
 
 
 def test_range_ratio_draws_lengths_within_bounds() -> None:
-    prompts = Workload(WorkloadSpec(input_len=100, output_len=40, range_ratio=0.25)).prompts(
+    prompts = Workload(WorkloadSpec(input_len=100, output_len=40, range_ratio=0.25), SMALL).prompts(
         200, concurrency=1, repeat=0
     )
     inputs = {p.prompt_len for p in prompts}
