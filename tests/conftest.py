@@ -10,6 +10,10 @@
         ... server.url ...  server.send_times()  server.stats()
 
 Every server a test started is stopped when the test ends.
+
+``real_sglang`` is one real SGLang server of the tiny model for the whole session (started once, in about
+20-100 s, by tests/support/real_sglang.py); a test that may bring a server down starts its own with
+``tests.support.real_sglang.start``.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ _REPO_ROOT = str(Path(__file__).resolve().parents[1])
 if _REPO_ROOT not in sys.path:
     sys.path.insert(0, _REPO_ROOT)
 
+from tests.support import real_sglang as real_sglang_support  # noqa: E402 - needs the path above
 from tests.support.sse_server import (  # noqa: E402 - needs the path above
     FaultRule,
     RunningServer,
@@ -64,3 +69,11 @@ def sse_server() -> Iterator[StartServer]:
     yield start
     for server in reversed(started):
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def real_sglang(tmp_path_factory: pytest.TempPathFactory) -> Iterator[real_sglang_support.RealServer]:
+    """A healthy real SGLang server (campaigns/lab-sglang.yml's baseline flags), shared by the session."""
+    server = real_sglang_support.start(tmp_path_factory.mktemp("sglang"))
+    yield server
+    server.stop()

@@ -704,12 +704,24 @@ def test_request_counts_per_level() -> None:
 # --- the shipped campaigns and the command --------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", sorted(CAMPAIGNS.glob("*.yml")), ids=lambda path: path.name)
+K26_CAMPAIGNS = sorted(set(CAMPAIGNS.glob("*.yml")) - {CAMPAIGNS / "lab-sglang.yml"})
+
+
+@pytest.mark.parametrize("path", K26_CAMPAIGNS, ids=lambda path: path.name)
 def test_shipped_campaigns_validate_without_warnings(path: Path) -> None:
     campaign = load_campaign(path)
     assert campaign.warnings == ()
     assert list(campaign.configs)[:2] == ["tp8", "tp8-nccl"]
     assert {"tp8", "tp8-nccl", "ep4", "ep8", "ep8-eplb"} <= set(campaign.configs)
+
+
+def test_the_lab_sglang_campaign_warns_only_of_the_queue_its_running_4_config_exists_for() -> None:
+    campaign = load_campaign(CAMPAIGNS / "lab-sglang.yml")
+    assert campaign.warnings == (
+        f"{CAMPAIGNS / 'lab-sglang.yml'}: workload.concurrency: 16 above max-running-requests 4 of "
+        "running-4: the excess requests queue",
+    )
+    assert campaign.engine == "sglang" and "baseline" in campaign.configs
 
 
 def test_the_real_campaign_has_ep8_with_dflash_speculative_decoding() -> None:

@@ -1,0 +1,68 @@
+"""``fairbench sweep`` against real SGLang on the CPU, serving the tiny model (512 ids, far below 30000).
+
+An id the model does not have is not a bad request to SGLang: its embedding lookup raises and the whole
+server exits. The sweep must learn the vocabulary from the served model's files and stay inside it, on every
+API that sends token ids, and the server must be alive afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from tests.support.real_sglang import RealServer, start
+
+FAIRBENCH = [sys.executable, "-m", "fairbench"]
+WORKLOAD = ("--input-len", "128", "--output-len", "16", "--concurrency", "1,8", "--prompts-per-level", "16")
+
+
+def _sweep(url: str, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    command = [*FAIRBENCH, "sweep", "--url", url, "--out", str(out), "--progress", "lines", *WORKLOAD, *extra]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+
+
+def _healthy(server: RealServer) -> bool:
+    with urllib.request.urlopen(f"{server.url}/health_generate", timeout=30) as reply:
+        return bool(reply.status == 200)
+
+
+@pytest.mark.parametrize("api", ["completions", "generate", "chat"])
+def test_every_request_completes_and_the_server_lives(
+    real_sglang: RealServer, tmp_path: Path, api: str
+) -> None:
+    out = tmp_path / api
+    done = _sweep(real_sglang.url, out, "--api", api)
+    assert done.returncode == 0, done.stderr + real_sglang.log_tail()
+    points = [json.loads(line) for line in (out / "points.jsonl").read_text().splitlines()]
+    assert [(p["max_concurrency"], p["completed"], p["failed"]) for p in points] == [(1, 16, 0), (8, 16, 0)]
+    # The server counted every output token the sweep asked for.
+    assert all(p["total_output_tokens"] == 16 * 16 for p in points)
+    settings = json.loads((out / "sweep.json").read_text())
+    if api == "chat":
+        assert settings["vocabulary"] is None  # text prompts: the server's tokenizer makes the ids
+    else:
+        vocabulary = settings["vocabulary"]
+        assert (vocabulary["size"], vocabulary["excluded"]) == (512, [511])
+        assert vocabulary["source"].startswith(str(real_sglang.model_dir))
+        assert "token ids: 512 less 1 special" in done.stderr
+    assert real_sglang.alive() and _healthy(real_sglang)
+
+
+def test_ids_the_model_does_not_have_bring_the_whole_server_down(tmp_path: Path) -> None:
+    """Why the vocabulary is learned: the old fixed range (up to 30000), given on purpose, kills SGLang."""
+    server = start(tmp_path)
+    try:
+        done = _sweep(server.url, tmp_path / "out", "--vocab-size", "30000", "--concurrency", "1")
+        assert done.returncode != 0
+        deadline = time.monotonic() + 60
+        while server.alive() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not server.alive(), "SGLang survived ids beyond its vocabulary"
+        assert "IndexError: index out of range in self" in server.log.read_text()
+    finally:
+        server.stop()

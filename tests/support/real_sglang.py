@@ -1,0 +1,151 @@
+"""Real SGLang for the tests: a venv with the release the sglang role installs, and servers of the tiny model.
+
+The venv (``FAIRBENCH_SGLANG_VENV``, default ~/.cache/fairbench/sglang-venv) is built once and reused:
+``pip install sglang==<sglang_version>`` (the sglang role's default, read from its defaults file), from the
+wheelhouse ``FAIRBENCH_SGLANG_WHEELHOUSE`` names when it is set (CI builds one for the lab hosts and reuses it
+here), else from the package index (about 9.5 GB with the CUDA build of torch, which runs on the CPU too).
+
+A server is started the way campaigns/lab-sglang.yml starts its ``baseline`` config, with its own flags
+on top, on the tiny model (tests/support/tiny_model.py) and a free loopback port. Where the venv cannot be
+built the caller is skipped, except in CI (``CI`` set), where that is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+from tests.support.tiny_model import build as build_tiny_model
+
+from fairbench.campaign import load_campaign
+
+REPO = Path(__file__).resolve().parents[2]
+LAB_CAMPAIGN = REPO / "campaigns" / "lab-sglang.yml"
+SGLANG_VERSION = str(yaml.safe_load((REPO / "roles/sglang/defaults/main.yml").read_text())["sglang_version"])
+VENV = Path(os.environ.get("FAIRBENCH_SGLANG_VENV", Path.home() / ".cache" / "fairbench" / "sglang-venv"))
+BUILD_TIMEOUT_S = 1800
+# Cold start on 2 cores (torch, then the tokenizer manager and the scheduler) took up to about 100 s.
+START_TIMEOUT_S = 600
+
+
+def unavailable(reason: str) -> None:
+    """Skip the caller, or fail it in CI, where real SGLang must be tested."""
+    if os.environ.get("CI"):
+        pytest.fail(f"real SGLang is required in CI: {reason}")
+    pytest.skip(f"real SGLang is not available here: {reason}")
+
+
+def _venv_python() -> Path:
+    return VENV / "bin" / "python"
+
+
+def _installed_version() -> str | None:
+    if not _venv_python().exists():
+        return None
+    probe = [str(_venv_python()), "-c", "import importlib.metadata as m; print(m.version('sglang'))"]
+    done = subprocess.run(probe, capture_output=True, text=True, check=False, timeout=120)
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def ensure_venv() -> Path:
+    """The venv's Python, building the venv first when it lacks SGLANG_VERSION."""
+    if sys.version_info < (3, 11):
+        unavailable(f"SGLang {SGLANG_VERSION} needs Python >= 3.11, this is {sys.version.split()[0]}")
+    if _installed_version() == SGLANG_VERSION:
+        return _venv_python()
+    wheelhouse = os.environ.get("FAIRBENCH_SGLANG_WHEELHOUSE")
+    source = ["--no-index", "--find-links", wheelhouse] if wheelhouse else []
+    steps = [
+        [sys.executable, "-m", "venv", "--clear", str(VENV)],
+        [str(_venv_python()), "-m", "pip", "install", "--quiet", *source, f"sglang=={SGLANG_VERSION}"],
+    ]
+    VENV.parent.mkdir(parents=True, exist_ok=True)
+    for step in steps:
+        done = subprocess.run(step, capture_output=True, text=True, check=False, timeout=BUILD_TIMEOUT_S)
+        if done.returncode != 0:
+            tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-8:])
+            unavailable(f"`{' '.join(step)}` failed:\n{tail}")
+    if _installed_version() != SGLANG_VERSION:
+        unavailable(f"{VENV}: sglang {SGLANG_VERSION} is still not importable after the build")
+    return _venv_python()
+
+
+def lab_argv(model_dir: Path, config: str = "baseline") -> list[str]:
+    """campaigns/lab-sglang.yml's launch arguments for ``config``, serving ``model_dir``."""
+    argv = list(load_campaign(LAB_CAMPAIGN).configs[config].sglang_argv)
+    if argv[:1] != ["--model-path"]:
+        raise AssertionError(f"{LAB_CAMPAIGN}: argv does not start with --model-path: {argv}")
+    return ["--model-path", str(model_dir), *argv[2:]]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class RealServer:
+    """One ``sglang.launch_server`` process; its output goes to ``log``."""
+
+    url: str
+    port: int
+    model_dir: Path
+    log: Path
+    process: subprocess.Popen[bytes] = field(repr=False)
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self) -> None:
+        """SIGTERM to the whole process group (SGLang's scheduler and detokenizer are children)."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+
+
+def start(tmp_dir: Path, extra_args: Sequence[str] = (), *, config: str = "baseline") -> RealServer:
+    """A real SGLang server of the tiny model, healthy (``/health_generate`` answered 200)."""
+    python = ensure_venv()
+    model_dir = build_tiny_model(tmp_dir / "tiny-gpt2")
+    port = free_port()
+    log = tmp_dir / f"sglang-{port}.log"
+    argv = [str(python), "-m", "sglang.launch_server", *lab_argv(model_dir, config), *extra_args]
+    argv += ["--host", "127.0.0.1", "--port", str(port)]
+    with log.open("wb") as out:
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    server = RealServer(f"http://127.0.0.1:{port}", port, model_dir, log, process)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if not server.alive():
+            raise AssertionError(f"SGLang exited at start ({process.returncode}):\n{server.log_tail()}")
+        try:
+            with urllib.request.urlopen(f"{server.url}/health_generate", timeout=30) as reply:
+                if reply.status == 200:
+                    return server
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(1)
+    server.stop()
+    raise AssertionError(f"SGLang not healthy after {START_TIMEOUT_S} s:\n{server.log_tail()}")
