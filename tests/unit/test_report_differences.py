@@ -1,11 +1,12 @@
-"""Settings flattened, the unit's environment parsed, declared keys matched to server fields, hosts' GPUs."""
+"""Settings flattened, the unit's environment parsed, declared keys matched to server fields, hosts' GPUs,
+per-start values ignored (DP ranks' included), derived values told from set ones by the launch command."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from fairbench.report.differences import Declared, compare_settings, flatten
+from fairbench.report.differences import Declared, compare_settings, flatten, launch_flags
 from fairbench.report.load import ConfigResult, unit_environment
 
 
@@ -73,3 +74,102 @@ def test_hosts_compare_gpu_by_gpu_without_the_fields_that_name_one_gpu() -> None
     assert [(d.name, d.value_a, d.value_b) for d in threats] == [
         ("gpu.gpus.0.name", "NVIDIA H200", "NVIDIA H100")
     ]
+
+
+def _server(info: dict[str, Any]) -> ConfigResult:
+    return ConfigResult(
+        host="lab1",
+        name="baseline",
+        path=Path("lab1") / "baseline",
+        status={"status": "ok"},
+        points=[],
+        server_info=info,
+        host_info={},
+        environment={},
+        sweep_settings={},
+        journal_excerpt=[],
+    )
+
+
+def _info(port: int, seed: int, **fields: Any) -> dict[str, Any]:
+    """A /server_info of one start: its own port, seed and timings, the fields given, one DP rank."""
+    settings = {"schedule_policy": "fcfs", "port": port, "random_seed": seed, **fields}
+    rank = {
+        **settings,
+        "startup_time": {"load_weight": seed / 1e9},
+        "last_gen_throughput": seed / 1e6,
+        "effective_max_running_requests_per_dp": 16,
+        "memory_usage": {"weight": 0.006, "startup_available": seed / 1e8, "token_capacity": 16384},
+    }
+    return {
+        **settings,
+        "launch_command": f"--schedule-policy fcfs --port {port}",
+        "startup_time": {"tokenizer_e2e": seed / 1e9},
+        "internal_states": [rank],
+    }
+
+
+def _verdicts(a: dict[str, Any], b: dict[str, Any], declared: Declared | None = None) -> dict[str, str]:
+    pair = compare_settings(_server(a), _server(b), declared or Declared())
+    return {difference.name: difference.verdict for difference in pair.differences}
+
+
+def test_per_start_values_differing_are_not_compared_in_ranks_either() -> None:
+    first, second = _info(46051, 419541313), _info(56721, 1717976)
+    second["internal_states"][0]["memory_usage"]["weight"] = 0.0
+    assert _verdicts(first, second) == {}
+
+
+def test_a_field_off_the_ignore_list_differing_is_a_threat_once_when_ranks_repeat_it() -> None:
+    assert _verdicts(_info(1, 1), _info(2, 2, schedule_policy="lpm")) == {"schedule_policy": "threat"}
+
+
+def test_a_rank_departing_from_the_top_level_is_compared_against_the_others_top_level() -> None:
+    overridden = _info(2, 2)
+    overridden["internal_states"][0]["schedule_policy"] = "lpm"
+    assert _verdicts(_info(1, 1), overridden) == {"internal_states.0.schedule_policy": "threat"}
+    assert _verdicts(_info(1, 1), overridden, Declared(args=frozenset({"schedule-policy"}))) == {
+        "internal_states.0.schedule_policy": "intended"
+    }
+
+
+def test_values_sglang_derives_are_derived_unless_their_flag_was_set_differently() -> None:
+    assert _verdicts(_info(1, 1, mem_fraction_static=0.719), _info(2, 2, mem_fraction_static=0.88)) == {
+        "mem_fraction_static": "derived"
+    }
+    scheduler = _info(2, 2)
+    scheduler["internal_states"][0]["effective_max_running_requests_per_dp"] = 4
+    assert _verdicts(_info(1, 1), scheduler) == {
+        "internal_states.0.effective_max_running_requests_per_dp": "derived"
+    }
+    explicit = _info(2, 2, mem_fraction_static=0.5)
+    explicit["launch_command"] += " --mem-fraction-static 0.5"
+    assert _verdicts(_info(1, 1, mem_fraction_static=0.719), explicit) == {"mem_fraction_static": "threat"}
+    declared = Declared(args=frozenset({"mem-fraction-static"}))
+    assert _verdicts(_info(1, 1, mem_fraction_static=0.719), explicit, declared) == {
+        "mem_fraction_static": "intended"
+    }
+
+
+def test_a_folded_flag_declared_makes_the_field_it_sets_intended() -> None:
+    graphs = {"cuda_graph_config": {"decode": {"max_bs": 32}}}
+    declared_flag = _info(2, 2, cuda_graph_config={"decode": {"max_bs": 8}})
+    declared_flag["launch_command"] += " --cuda-graph-max-bs-decode 8"
+    declared = Declared(args=frozenset({"cuda-graph-max-bs-decode"}))
+    assert _verdicts(_info(1, 1, **graphs), declared_flag, declared) == {
+        "cuda_graph_config.decode.max_bs": "intended"
+    }
+    assert _verdicts(_info(1, 1, **graphs), declared_flag) == {"cuda_graph_config.decode.max_bs": "threat"}
+
+
+def test_launch_flags_keep_each_flags_words_together() -> None:
+    command = (
+        '--model-path /m --json-model-override-args {"vocab_size": 256} --skip-server-warmup --tp-size=8'
+    )
+    assert launch_flags({"launch_command": command}) == {
+        "--model-path": ("/m",),
+        "--json-model-override-args": ('{"vocab_size":', "256}"),
+        "--skip-server-warmup": (),
+        "--tp-size": ("8",),
+    }
+    assert launch_flags(None) == {}

@@ -14,13 +14,20 @@ either config sets or unsets differently from ``common`` (campaign.json's ``decl
 between two runs, a key whose value differs between the two runs' campaign.json. A server field is
 matched to a declared SGLang flag by argparse's rule (``--ep-size`` is ``ep_size``), nested fields
 included (``--cuda-graph-config`` covers ``cuda_graph_config.decode.backend``). *Derived* differences
-are values the server computes from its GPUs' memory and the parallel layout. Every other difference is
-a *threat* to the comparison.
+are values the server computes from its GPUs' memory and the parallel layout, unless a flag that sets
+the value explicitly differs between the two launch commands without the campaign declaring it. Every
+other difference is a *threat* to the comparison.
+
+``/server_info`` also lists each DP rank's scheduler state (``internal_states``): the settings as that
+scheduler resolved them (a ``/set_internal_state`` override included), then its own figures. A rank's
+field is compared as ``internal_states.<rank>.<field>`` only where it departs from the top-level field
+of the same name; elsewhere it repeats it, and counts as that value.
 """
 
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -46,7 +53,16 @@ IGNORED_FIELDS: dict[str, dict[str, str]] = {
         "launch_command": "the command line as one string: its flags are compared one by one as fields",
         "status": "the server's state when /server_info was read",
         "startup_time": "how long the start took: a measurement, not a setting",
-        "internal_states": "per-rank copies of the fields compared here, plus live counters",
+        "last_gen_throughput": "a DP rank's last decode throughput: a live counter",
+        "step_time_dict": "a DP rank's recorded step times: live measurements",
+        "avg_spec_accept_length": "speculative decoding's acceptance so far: a live measurement",
+        "dspark_info_record": "DSpark's records of the requests served so far",
+        "rust_mm_transport": "the Rust server's transfer counters: live measurements",
+        "rust_server_startup_time": "how long the Rust server's start took: a measurement",
+        "memory_usage.startup_available": "device memory free when the rank started: a measurement of "
+        "the moment, whose effect on the KV cache is compared as a derived value",
+        "memory_usage.weight": "the drop in free memory while the weights loaded: a measurement; what "
+        "sets the weights (model, format, dtype, quantization) is compared",
         "sim.profile_description": "the text of sim.profile, which is compared",
         "sim.layout": "the simulator's model, derived from the SGLang flags compared as fields",
         "sim.performance_model": "the simulator's model, derived from the SGLang flags compared as fields",
@@ -60,13 +76,69 @@ IGNORED_FIELDS: dict[str, dict[str, str]] = {
         "gpu.gpus.*.pci_bus_id": "where a GPU sits on its host's PCI bus, which the link matrix describes",
     },
 }
-"""Fields that differ between runs or hosts by their nature, with the reason each is not compared."""
+"""Fields that differ between runs or hosts by their nature, with the reason each is not compared. A
+server field's entry holds for every DP rank's copy too (``internal_states.<rank>.<field>``)."""
 
+
+@dataclass(frozen=True)
+class Derived:
+    """A server field SGLang computes at start from the device's memory and the layout."""
+
+    reason: str
+    flags: tuple[str, ...] = ()
+    """The flags that set it explicitly; one of them set differently makes the difference a setting's."""
+
+
+_DECODE_GRAPH_FLAGS = ("--cuda-graph-config", "--cuda-graph-max-bs-decode", "--cuda-graph-bs-decode")
+_PREFILL_GRAPH_FLAGS = ("--cuda-graph-config", "--cuda-graph-max-bs-prefill", "--cuda-graph-bs-prefill")
 DERIVED_FIELDS = {
-    "max_total_num_tokens": "the KV cache's capacity, from GPU memory left after the weights",
-    "max_req_input_len": "follows from the KV cache's capacity and the context length",
+    "max_total_num_tokens": Derived("the KV cache's capacity, from device memory left after the weights"),
+    "max_req_input_len": Derived("follows from the KV cache's capacity and the context length"),
+    "mem_fraction_static": Derived(
+        "when not set, from the device's memory size, the chunked prefill size and the layout",
+        ("--mem-fraction-static",),
+    ),
+    "chunked_prefill_size": Derived(
+        "when not set, from the device's memory size: 2048 below 20 GiB up to 16384 from 160 GiB",
+        ("--chunked-prefill-size",),
+    ),
+    "cuda_graph_config.decode.max_bs": Derived(
+        "when not set, from the device's memory size and tp-size, capped by max-running-requests",
+        _DECODE_GRAPH_FLAGS,
+    ),
+    "cuda_graph_config.decode.bs": Derived(
+        "when not set, the batch sizes up to decode.max_bs", _DECODE_GRAPH_FLAGS
+    ),
+    "decode_cuda_graph_bs": Derived("the decode batch sizes a DP rank captured", _DECODE_GRAPH_FLAGS),
+    "cuda_graph_config.prefill.max_bs": Derived(
+        "when not set, the chunked prefill size, capped by max-total-tokens", _PREFILL_GRAPH_FLAGS
+    ),
+    "cuda_graph_config.prefill.bs": Derived(
+        "when not set, the batch sizes up to prefill.max_bs", _PREFILL_GRAPH_FLAGS
+    ),
+    "torch_compile_max_bs": Derived(
+        "on a CPU, when not set, the decode CUDA graph's max_bs", ("--torch-compile-max-bs",)
+    ),
+    "effective_max_running_requests_per_dp": Derived(
+        "a DP rank's running-request limit, from its KV cache's capacity and max-running-requests"
+    ),
+    "pp_max_micro_batch_size": Derived(
+        "when not set, a DP rank's running-request limit over pp-size", ("--pp-max-micro-batch-size",)
+    ),
+    "memory_usage.kvcache": Derived("a DP rank's KV cache in GB, from the memory left after the weights"),
+    "memory_usage.token_capacity": Derived("a DP rank's KV cache in tokens: max_total_num_tokens"),
+    "memory_usage.token_capacity_swa": Derived("a DP rank's sliding-window KV cache in tokens"),
+    "memory_usage.graph": Derived("the memory a DP rank's CUDA graphs took, from their batch sizes"),
+    "decode_cuda_graph_memory_gb": Derived("the memory a DP rank's decode CUDA graphs took"),
 }
-"""Server fields SGLang computes from the GPUs' memory and the layout: shown, but not threats."""
+"""Server fields SGLang computes from the device's memory and the layout: shown, but not threats. A
+field's entry holds for every DP rank's copy too. As SGLang 0.5.23 derives them (sglang/srt/:
+``arg_groups/memory_hook.py``, and the scheduler's ``managers/scheduler_components/internal_state.py``)."""
+
+PER_RANK = "internal_states"
+"""The /server_info field that lists each DP rank's scheduler state."""
+_RANK_PREFIX = re.compile(rf"{PER_RANK}\.\d+\.")
+"""How a DP rank's field name starts: ``internal_states.0.``."""
 
 SIM_FLAG_FIELDS = {
     "sim-profile": "sim.profile",
@@ -98,7 +170,7 @@ class Declared:
             return False
         fields = [key.replace("-", "_") for key in self.args]
         fields += [SIM_FLAG_FIELDS[key] for key in self.sim if key in SIM_FLAG_FIELDS]
-        return any(name == field or name.startswith(field + ".") for field in fields)
+        return _matches(fields, setting_name(name))
 
 
 @dataclass(frozen=True)
@@ -136,9 +208,34 @@ def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+def setting_name(name: str) -> str:
+    """The top-level field a DP rank's field repeats: ``internal_states.0.port`` is ``port``."""
+    prefix = _RANK_PREFIX.match(name)
+    return name[prefix.end() :] if prefix else name
+
+
+def _matches(patterns: Iterable[str], name: str) -> bool:
+    """``name`` is one of ``patterns`` (``*`` allowed), or a field nested in one."""
+    return any(fnmatchcase(name, pattern) or name.startswith(pattern + ".") for pattern in patterns)
+
+
 def _ignored(source: str, name: str) -> bool:
-    ignored = IGNORED_FIELDS.get(source, {})
-    return any(fnmatchcase(name, field) or name.startswith(field + ".") for field in ignored)
+    return _matches(IGNORED_FIELDS.get(source, {}), setting_name(name) if source == "server" else name)
+
+
+def _same(value_a: Any, value_b: Any) -> bool:
+    return bool(value_a == value_b) and type(value_a) is type(value_b)
+
+
+def _server_fields(info: Mapping[str, Any]) -> dict[str, Any]:
+    """/server_info flattened, with each DP rank's fields that depart from the top level's."""
+    fields = flatten({key: value for key, value in info.items() if key != PER_RANK})
+    ranks = info.get(PER_RANK)
+    for rank, state in enumerate(ranks if isinstance(ranks, list) else []):
+        for name, value in flatten(state if isinstance(state, Mapping) else {}).items():
+            if name not in fields or not _same(fields[name], value):
+                fields[f"{PER_RANK}.{rank}.{name}"] = value
+    return fields
 
 
 def _gpus_by_index(host_info: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -161,13 +258,61 @@ def settings(result: ConfigResult) -> dict[str, dict[str, Any] | None]:
     return {
         source: None
         if data is None
-        else {name: value for name, value in flatten(data).items() if not _ignored(source, name)}
+        else {
+            name: value
+            for name, value in (_server_fields(data) if source == "server" else flatten(data)).items()
+            if not _ignored(source, name)
+        }
         for source, data in raw.items()
     }
 
 
+LaunchFlags = Mapping[str, tuple[str, ...]]
+"""Each flag of a launch command with the words that follow it."""
+
+
+def launch_flags(server_info: Mapping[str, Any] | None) -> dict[str, tuple[str, ...]]:
+    """The flags of /server_info's ``launch_command`` with the words that follow each. SGLang joins its
+    argv with spaces unquoted, so a value holding spaces spans words; the words stay together all the
+    same, up to the next ``--`` word."""
+    flags: dict[str, tuple[str, ...]] = {}
+    flag = None
+    for word in str((server_info or {}).get("launch_command") or "").split():
+        if word.startswith("--"):
+            flag, _, value = word.partition("=")
+            flags[flag] = (value,) if value else ()
+        elif flag is not None:
+            flags[flag] += (word,)
+    return flags
+
+
+def _side_value(side: Mapping[str, Any], name: str) -> Any:
+    """A side's value of ``name``; a DP rank's field left out for repeating the top level is that value."""
+    return side.get(name, side.get(setting_name(name), ABSENT))
+
+
+def _derived(name: str) -> Derived | None:
+    field = setting_name(name)
+    return next((derived for pattern, derived in DERIVED_FIELDS.items() if _matches([pattern], field)), None)
+
+
+def _verdict(source: str, name: str, declared: Declared, flags: tuple[LaunchFlags, LaunchFlags]) -> str:
+    if declared.covers(source, name):
+        return "intended"
+    derived = _derived(name) if source == "server" else None
+    if derived is None:
+        return "threat"
+    # Derived unless a flag that sets the field explicitly differs: then it is that flag's setting.
+    flags_a, flags_b = flags
+    differing = {flag for flag in derived.flags if flags_a.get(flag) != flags_b.get(flag)}
+    if not differing:
+        return "derived"
+    return "intended" if differing <= {f"--{arg}" for arg in declared.args} else "threat"
+
+
 def compare_settings(a: ConfigResult, b: ConfigResult, declared: Declared) -> PairDifferences:
     settings_a, settings_b = settings(a), settings(b)
+    flags = (launch_flags(a.server_info), launch_flags(b.server_info))
     differences = []
     not_compared = []
     for source in SOURCES:
@@ -178,15 +323,10 @@ def compare_settings(a: ConfigResult, b: ConfigResult, declared: Declared) -> Pa
             not_compared.append(f"{source} (no {SOURCE_FILES[source]} for {names})")
             continue
         for name in sorted(side_a.keys() | side_b.keys()):
-            value_a, value_b = side_a.get(name, ABSENT), side_b.get(name, ABSENT)
-            if value_a == value_b and type(value_a) is type(value_b):
+            value_a, value_b = _side_value(side_a, name), _side_value(side_b, name)
+            if _same(value_a, value_b):
                 continue
-            if declared.covers(source, name):
-                verdict = "intended"
-            elif source == "server" and name in DERIVED_FIELDS:
-                verdict = "derived"
-            else:
-                verdict = "threat"
+            verdict = _verdict(source, name, declared, flags)
             differences.append(SettingDifference(source, name, value_a, value_b, verdict))
     return PairDifferences(a, b, differences, not_compared)
 
