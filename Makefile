@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test lint perf clean lab-up lab-down lab-test demo
+.PHONY: venv test lint perf clean lab-up lab-down lab-test lab-sglang-test sglang-wheelhouse demo demo-sglang
 
 venv: $(STAMP)
 
@@ -29,6 +29,16 @@ lint: $(STAMP)
 lab-test: $(STAMP)
 	$(BIN)/pytest -m lab tests/lab/test_provision_lab.py tests/lab/test_lab_hosts.py tests/lab/test_campaign_lab.py
 
+# Real SGLang provisioned onto a lab host and run as campaign units; needs a fresh lab (make lab-down lab-up).
+lab-sglang-test: $(STAMP)
+	$(BIN)/pytest -m lab tests/lab/test_sglang_lab.py
+
+# The lab's SGLang wheelhouse (sglang_wheelhouse in inventory/lab.yml), built once on this machine. The
+# provisioning builds it too where it is missing; building it first lets the tests' own SGLang venv
+# (FAIRBENCH_SGLANG_WHEELHOUSE, tests/support/real_sglang.py) install from it instead of downloading again.
+sglang-wheelhouse: $(STAMP)
+	$(BIN)/ansible-playbook -i inventory/lab.yml playbooks/sglang_wheelhouse.yml
+
 perf: $(STAMP)
 	$(BIN)/python tests/perf/client_overhead.py
 
@@ -38,7 +48,13 @@ clean:
 # Lab hosts: LAB_HOSTS Debian hosts booted with systemd-nspawn on this machine (root), in inventory/lab.yml.
 LAB_HOSTS ?= 2
 
-lab-up:
+# The tiny GPT-2 model real SGLang serves in the lab (inventory/lab.yml copies it to the hosts).
+TINY_MODEL := build/tiny-gpt2
+
+$(TINY_MODEL)/config.json: tests/support/tiny_model.py
+	$(PYTHON) tests/support/tiny_model.py $(TINY_MODEL)
+
+lab-up: $(TINY_MODEL)/config.json
 	bash tests/lab/lab.sh up $(LAB_HOSTS)
 
 lab-down:
@@ -51,3 +67,9 @@ DEMO_RUN_ID := $(DEMO_RUN_ID)
 
 demo: $(STAMP) lab-up
 	$(BIN)/fairbench run campaigns/demo.yml -i inventory/lab.yml --run-id $(DEMO_RUN_ID)
+
+# campaigns/lab-sglang.yml with real SGLang on the lab hosts' CPUs: SGLang is provisioned from a wheelhouse
+# built once on this machine (about 4 GB, kept in /var/cache/fairbench-lab), then every config is started as
+# its unit, swept and reported like the demo's.
+demo-sglang: $(STAMP) lab-up
+	$(BIN)/fairbench run campaigns/lab-sglang.yml -i inventory/lab.yml --run-id $(DEMO_RUN_ID) -e sglang_on_cpu=true

@@ -327,8 +327,10 @@ def gpus_needed(args: Mapping[str, ArgValue]) -> tuple[int, str]:
     deprecated ``enable-dp-attention``, which makes dp-size the number of attention-DP groups inside the
     TP group (SGLang resolves it to ``attn-dp-size``): those add no GPUs. ep-size, attn-dp-size and the
     other widths split the TP group and add none either. A value that breaks a rule (reported elsewhere)
-    counts as 1.
+    counts as 1. A server with ``device: cpu`` occupies no GPU.
     """
+    if args.get("device") == "cpu":
+        return 0, "device cpu"
     replicas = () if args.get("enable-dp-attention") is True else ("dp-size",)
     sizes = {key: args.get(key, 1) for key in ("tp-size", "pp-size", *replicas)}
     counted = {key: size if _is_int(size) and size > 0 else 1 for key, size in sizes.items()}

@@ -11,7 +11,8 @@
 # stays on loopback. `up` (re)writes inventory/lab.yml with those hosts in the group gpu_hosts.
 #
 # Settings (environment):
-#   FAIRBENCH_LAB_CACHE              base root filesystems, kept across labs   (/var/cache/fairbench-lab)
+#   FAIRBENCH_LAB_CACHE              base root filesystems and the shared directory, kept across labs
+#                                    (/var/cache/fairbench-lab)
 #   FAIRBENCH_LAB_DIR                the running lab: host overlays, SSH keys  (/var/lib/fairbench-lab)
 #   FAIRBENCH_LAB_SSH_PORT_BASE      lab<i> sshd listens on BASE+i             (2220)
 #   FAIRBENCH_LAB_SERVICE_PORT_BASE  lab<i> serving_port is BASE+i             (30000)
@@ -45,6 +46,9 @@ readonly SSH_PORT_BASE=${FAIRBENCH_LAB_SSH_PORT_BASE:-2220}
 readonly SERVICE_PORT_BASE=${FAIRBENCH_LAB_SERVICE_PORT_BASE:-30000}
 readonly INVENTORY=${FAIRBENCH_LAB_INVENTORY:-$REPO/inventory/lab.yml}
 readonly BOOT_TIMEOUT=${FAIRBENCH_LAB_BOOT_TIMEOUT:-90}
+# Every host sees this directory of this machine read-only at the same path, as a fleet shares an NFS export:
+# the SGLang wheelhouse, built here once, is installed from it on every host without being copied.
+readonly SHARED=$CACHE/shared
 readonly KEY=$STATE/ssh/id_ed25519
 readonly KNOWN_HOSTS=$STATE/ssh/known_hosts
 # Name of each lab's cgroup directory in every hierarchy we manage (see cgroup_roots).
@@ -376,6 +380,7 @@ start_host() {
         # --register=no --keep-unit: there is no machined (nor systemd as PID 1) to register with; nspawn stays
         # in the cgroup made above. No --network-*: the host's network, with per-host ports.
         # --console=read-only: boot messages go to the log file, nothing reads input.
+        # --bind-ro: the shared directory (SHARED), read-only.
         # --rlimit: a container cannot raise its own hard limits, so give it those of a systemd host
         # (1024:524288 open files); otherwise a unit's LimitNOFILE=65536 is silently cut to this shell's limit.
         # Where root lacks CAP_SYS_RESOURCE (some sandboxes) nspawn cannot either: see note_nofile_limit.
@@ -385,8 +390,8 @@ start_host() {
             stat -c %d:%i "$2/root" >"$2/root-inode"
             exec systemd-nspawn --boot --directory="$2/root" --machine="$3" --register=no --keep-unit \
                 --console=read-only --link-journal=no --resolv-conf=copy-host --timezone=off \
-                --rlimit=RLIMIT_NOFILE=1024:524288
-        ' fairbench-lab "$base" "$dir" "$host"
+                --rlimit=RLIMIT_NOFILE=1024:524288 --bind-ro="$4:$4"
+        ' fairbench-lab "$base" "$dir" "$host" "$SHARED"
     ) </dev/null >"$dir/console.log" 2>&1 &
     echo "$!" >"$dir/pid"
 }
@@ -454,6 +459,18 @@ write_inventory() {
         # strict without touching ~/.ssh/known_hosts (where [127.0.0.1]:2221 would change at every up).
         echo "        ansible_ssh_common_args: >-"
         echo "          -o UserKnownHostsFile=$KNOWN_HOSTS -o StrictHostKeyChecking=yes -o IdentitiesOnly=yes"
+        # Real SGLang (make demo-sglang, with sglang_on_cpu): the hosts' own Python 3.11, which is this
+        # machine's too, so the wheelhouse built here once (in SHARED) serves both hosts; no PyTorch index
+        # (only PyPI is reachable); the tiny model that tests/support/tiny_model.py builds, where the
+        # campaign expects it.
+        echo "        sglang_python: /usr/bin/python3"
+        echo "        sglang_uv_python_downloads: never"
+        echo "        sglang_torch_index_url: ''"
+        echo "        sglang_wheelhouse: $SHARED/sglang-wheelhouse"
+        echo "        sglang_wheelhouse_build: true"
+        echo "        sglang_wheelhouse_shared: true"
+        echo "        serving_model_dirs:"
+        echo "          /var/cache/fairbench-serving/models/tiny-gpt2: \"{{ inventory_dir }}/../build/tiny-gpt2\""
     } >"$INVENTORY.tmp"
     mv "$INVENTORY.tmp" "$INVENTORY"
 }
@@ -500,7 +517,7 @@ cmd_up() {
     [[ -n $(cgroup_roots) ]] || die "no name=systemd or cgroup2 hierarchy under /sys/fs/cgroup"
     ensure_base
     base=$(base_dir)
-    mkdir -p "$STATE/ssh"
+    mkdir -p "$STATE/ssh" "$SHARED"
     chmod 700 "$STATE/ssh"
     # One key pair per lab: made at up, removed at down.
     ssh-keygen -q -t ed25519 -N '' -C fairbench-lab -f "$KEY"

@@ -658,6 +658,10 @@ def test_to_json_is_plain_data_with_every_config() -> None:
         # Data-parallel attention runs its dp ranks inside the TP group: no more GPUs.
         ({"tp-size": 8, "dp-size": 8, "enable-dp-attention": True}, 8, "tp-size 8"),
         ({"tp-size": 8, "dp-size": 2, "enable-dp-attention": False}, 16, "tp-size 8 x dp-size 2"),
+        # SGLang on the CPU occupies no GPU, whatever its parallel layout.
+        ({"device": "cpu"}, 0, "device cpu"),
+        ({"device": "cpu", "tp-size": 2}, 0, "device cpu"),
+        ({"device": "cuda", "tp-size": 2}, 2, "tp-size 2"),
     ],
 )
 def test_each_config_knows_the_gpus_its_server_needs(

@@ -1,0 +1,166 @@
+"""Real SGLang on a lab host (tests/lab/lab.sh up), the way a GPU host gets it: provisioned, served, swept.
+
+``fairbench run`` plays site.yml on lab1 alone with ``sglang_on_cpu``: the sglang role installs sglang==0.5.23
+from the wheelhouse it builds once on this machine (which the lab hosts see at the same path, as a fleet
+sees an NFS export), the serving role copies the tiny model and renders the hardened units, and three of
+campaigns/lab-sglang.yml's configs run in turn on the completions API: ``baseline``, ``vocab-256`` (its
+embedding is smaller than its tokenizer, so real SGLang crashes on the first id above 255) and ``stream-4``,
+which must still run after the crash. A second run sweeps ``baseline`` again on the chat API.
+
+Needs a lab host that has no SGLang yet (the provisioning tests install a stub one): run it on a fresh lab
+(``make lab-down lab-up``). Results go to a temporary directory, never into results/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from tests.support.lab_hosts import INVENTORY, answering_lab_hosts
+
+pytestmark = pytest.mark.lab
+
+REPO = Path(__file__).resolve().parents[2]
+LAB_CAMPAIGN = REPO / "campaigns" / "lab-sglang.yml"
+CONFIGS = ("baseline", "vocab-256", "stream-4")
+HOST = "lab1"
+# Provisioning (a 9.5 GB venv from the wheelhouse) and three cold server starts on 2 cores.
+RUN_TIMEOUT_S = 2400
+
+
+def _tool(name: str) -> str:
+    beside = Path(sys.executable).parent / name
+    found = str(beside) if beside.exists() else shutil.which(name)
+    if found is None:
+        pytest.fail(f"{name} not installed (make venv)")
+    return found
+
+
+def _on_host(command: str) -> subprocess.CompletedProcess[str]:
+    argv = [_tool("ansible"), "-i", str(INVENTORY), HOST, "-o", "-m", "ansible.builtin.shell", "-a", command]
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+
+def _campaign(tmp: Path, name: str, configs: tuple[str, ...], api: str) -> Path:
+    """campaigns/lab-sglang.yml with only ``configs``, on ``api``."""
+    data = yaml.safe_load(LAB_CAMPAIGN.read_text())
+    data["name"] = name
+    data["configs"] = {config: data["configs"][config] for config in configs}
+    data["workload"]["api"] = api
+    path = tmp / f"{name}.yml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@dataclass(frozen=True)
+class Run:
+    returncode: int
+    output: str
+    run_dir: Path
+
+    def config_dir(self, config: str) -> Path:
+        return self.run_dir / HOST / config
+
+    def status(self, config: str) -> dict[str, Any]:
+        status: dict[str, Any] = json.loads((self.config_dir(config) / "status.json").read_text())
+        return status
+
+    def points(self, config: str) -> list[dict[str, Any]]:
+        lines = (self.config_dir(config) / "points.jsonl").read_text().splitlines()
+        return [json.loads(line) for line in lines]
+
+
+def _fairbench_run(campaign: Path, results: Path, *extra: str) -> Run:
+    run_id = time.strftime("pytest-%Y%m%dT%H%M%S", time.gmtime())
+    argv = [_tool("fairbench"), "run", str(campaign), "-i", str(INVENTORY), "--run-id", run_id]
+    argv += ["--limit", HOST, "-e", "sglang_on_cpu=true", "-e", f"bench_results_root={results}", *extra]
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=RUN_TIMEOUT_S, check=False)
+    name = yaml.safe_load(campaign.read_text())["name"]
+    return Run(done.returncode, done.stdout + done.stderr, results / name / run_id)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, Run]:
+    if HOST not in answering_lab_hosts():
+        pytest.fail(f"{HOST} does not answer")
+    if _on_host("test ! -e /opt/sglang").returncode:
+        pytest.fail(f"{HOST} has /opt/sglang already: run this on a fresh lab (make lab-down lab-up)")
+    tmp = tmp_path_factory.mktemp("sglang-lab")
+    results = tmp / "results"
+    completions = _fairbench_run(_campaign(tmp, "labsglang", CONFIGS, "completions"), results)
+    chat = _fairbench_run(
+        _campaign(tmp, "labsglang-chat", ("baseline",), "chat"),
+        results,
+        "--playbook",
+        "playbooks/campaign.yml",
+    )
+    return completions, chat
+
+
+def test_sglang_is_installed_from_the_shared_wheelhouse_without_a_copy(runs: tuple[Run, Run]) -> None:
+    version = _on_host("/opt/sglang/venv/bin/python -c \"import sglang; print('sglang', sglang.__version__)\"")
+    assert "sglang 0.5.23" in version.stdout, version.stdout + version.stderr
+    assert _on_host("test ! -e /opt/sglang/wheelhouse").returncode == 0, "the wheelhouse was copied"
+
+
+def test_each_config_ran_as_its_unit_of_the_real_engine(runs: tuple[Run, Run]) -> None:
+    completions, _ = runs
+    for config in CONFIGS:
+        unit = (completions.config_dir(config) / "unit.service").read_text()
+        assert "ExecStart=/opt/sglang/venv/bin/python -m sglang.launch_server --model-path " in unit
+        assert "--device cpu" in unit and "ProtectSystem=strict" in unit
+    info = json.loads((completions.config_dir("baseline") / "server_info.json").read_text())
+    assert info["version"] == "0.5.23" and info["stream_interval"] == 1
+    assert json.loads((completions.config_dir("stream-4") / "server_info.json").read_text())["stream_interval"] == 4
+
+
+def test_the_completions_sweeps_complete_inside_the_vocabulary(runs: tuple[Run, Run]) -> None:
+    completions, _ = runs
+    for config in ("baseline", "stream-4"):
+        assert completions.status(config)["status"] == "ok", completions.output[-3000:]
+        assert [(p["max_concurrency"], p["completed"], p["failed"]) for p in completions.points(config)] == [
+            (1, 16, 0),
+            (4, 16, 0),
+            (16, 16, 0),
+        ]
+        vocabulary = json.loads((completions.config_dir(config) / "sweep.json").read_text())["vocabulary"]
+        assert (vocabulary["size"], vocabulary["excluded"]) == (512, [511])
+
+
+def test_a_real_crash_fails_its_config_with_sglangs_traceback_and_the_next_config_runs(
+    runs: tuple[Run, Run],
+) -> None:
+    completions, _ = runs
+    status = completions.status("vocab-256")
+    assert status["status"] == "failed" and status["stage"] == "sweep", status
+    journal = (completions.config_dir("vocab-256") / "journal.log").read_text()
+    assert "Traceback (most recent call last)" in journal
+    assert "IndexError: index out of range in self" in journal
+    # The progress display shows the crash with the journal's excerpt, and stream-4 after it.
+    assert "IndexError: index out of range in self" in completions.output
+    assert completions.output.index("vocab-256") < completions.output.rindex("stream-4")
+    report = (completions.run_dir / "report.md").read_text()
+    assert "vocab-256" in report and "failed" in report
+
+
+def test_the_chat_api_sweeps_the_same_server(runs: tuple[Run, Run]) -> None:
+    _, chat = runs
+    assert chat.returncode == 0, chat.output[-3000:]
+    assert chat.status("baseline")["status"] == "ok"
+    assert [(p["completed"], p["failed"]) for p in chat.points("baseline")] == [(16, 0)] * 3
+    assert json.loads((chat.config_dir("baseline") / "sweep.json").read_text())["vocabulary"] is None
+
+
+def test_no_server_is_left_running(runs: tuple[Run, Run]) -> None:
+    running = _on_host("systemctl list-units --type=service --state=running --plain --no-legend 'fairbench-*'")
+    assert running.returncode == 0 and "fairbench-" not in running.stdout.split("|", 1)[-1], running.stdout
