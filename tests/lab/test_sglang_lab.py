@@ -108,7 +108,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, Run]:
 
 
 def test_sglang_is_installed_from_the_shared_wheelhouse_without_a_copy(runs: tuple[Run, Run]) -> None:
-    version = _on_host("/opt/sglang/venv/bin/python -c \"import sglang; print('sglang', sglang.__version__)\"")
+    version = _on_host(
+        "/opt/sglang/venv/bin/python -c 'import sglang; print(\"sglang\", sglang.__version__)'"
+    )
     assert "sglang 0.5.23" in version.stdout, version.stdout + version.stderr
     assert _on_host("test ! -e /opt/sglang/wheelhouse").returncode == 0, "the wheelhouse was copied"
 
@@ -121,7 +123,8 @@ def test_each_config_ran_as_its_unit_of_the_real_engine(runs: tuple[Run, Run]) -
         assert "--device cpu" in unit and "ProtectSystem=strict" in unit
     info = json.loads((completions.config_dir("baseline") / "server_info.json").read_text())
     assert info["version"] == "0.5.23" and info["stream_interval"] == 1
-    assert json.loads((completions.config_dir("stream-4") / "server_info.json").read_text())["stream_interval"] == 4
+    stream_4 = json.loads((completions.config_dir("stream-4") / "server_info.json").read_text())
+    assert stream_4["stream_interval"] == 4
 
 
 def test_the_completions_sweeps_complete_inside_the_vocabulary(runs: tuple[Run, Run]) -> None:
@@ -162,5 +165,5 @@ def test_the_chat_api_sweeps_the_same_server(runs: tuple[Run, Run]) -> None:
 
 
 def test_no_server_is_left_running(runs: tuple[Run, Run]) -> None:
-    running = _on_host("systemctl list-units --type=service --state=running --plain --no-legend 'fairbench-*'")
+    running = _on_host("systemctl list-units --type=service --state=running --plain --no-legend fairbench-*")
     assert running.returncode == 0 and "fairbench-" not in running.stdout.split("|", 1)[-1], running.stdout

@@ -30,6 +30,7 @@ import yaml
 
 from fairbench.ansible_support import host_facts
 from fairbench.campaign import Campaign, ServingConfig, parse_campaign
+from fairbench.journal import excerpt
 from fairbench.results import CAMPAIGN_FILE, STATUS_FILE
 
 REPO = Path(__file__).resolve().parents[2]
@@ -169,7 +170,7 @@ def run_config(
         "status": "failed" if failure else "ok",
         "stage": failure.get("stage"),
         "reason": failure.get("reason"),
-        "journal_tail": journal.read_text(errors="replace").splitlines()[-JOURNAL_TAIL_LINES:]
+        "journal_tail": excerpt(journal.read_text(errors="replace").splitlines(), JOURNAL_TAIL_LINES)
         if failure
         else [],
         "host": host,

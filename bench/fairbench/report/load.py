@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fairbench.journal import excerpt
 from fairbench.results import CAMPAIGN_FILE, POINTS_FILE, STATUS_FILE, SWEEP_FILE, ResultsDir, ResultsError
 
 SERVER_INFO_FILE = "server_info.json"
@@ -100,7 +101,8 @@ def _journal_excerpt(status: dict[str, Any], journal: Path) -> list[str]:
     if isinstance(tail, list) and tail:
         return [str(line) for line in tail]
     try:
-        return journal.read_text(encoding="utf-8", errors="replace").splitlines()[-JOURNAL_EXCERPT_LINES:]
+        lines = journal.read_text(encoding="utf-8", errors="replace").splitlines()
+        return excerpt(lines, JOURNAL_EXCERPT_LINES)
     except OSError:
         return []
 
