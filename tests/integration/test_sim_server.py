@@ -233,11 +233,17 @@ def test_generate_stream_has_cumulative_text_ids_and_meta_info(generic_sim: Sim)
     meta = outputs[-1]["meta_info"]
     assert list(meta) == [
         *("id", "finish_reason", "prompt_tokens", "weight_version", "num_retractions", "reasoning_tokens"),
-        *("completion_tokens", "cached_tokens", "e2e_latency"),
+        *("completion_tokens", "cached_tokens", "weight_versions", "cached_tokens_details", "dp_rank"),
+        "e2e_latency",
     ]
     assert meta["finish_reason"] == {"type": "length", "length": 4}
     assert (meta["prompt_tokens"], meta["completion_tokens"]) == (7, 4)
-    assert outputs[0]["meta_info"]["finish_reason"] is None and "e2e_latency" not in outputs[0]["meta_info"]
+    assert meta["weight_versions"] == [{"version": "default", "start": 0, "end": 4}]
+    first = outputs[0]["meta_info"]
+    assert first["finish_reason"] is None and "e2e_latency" not in first
+    # Set once, when the first event goes out.
+    assert "response_sent_to_client_ts" in first
+    assert all("response_sent_to_client_ts" not in output["meta_info"] for output in outputs[1:])
 
 
 def test_non_streaming_responses_and_the_simulated_eos(generic_sim: Sim) -> None:
@@ -258,7 +264,8 @@ def test_non_streaming_responses_and_the_simulated_eos(generic_sim: Sim) -> None
     assert generated["meta_info"]["finish_reason"] == {"type": "length", "length": 3}
     assert len(generated["output_ids"]) == 3 and len(generated["text"].split()) == 3
     assert completion["object"] == "text_completion" and completion["metadata"] == {
-        "weight_version": "default"
+        "weight_version": "default",
+        "weight_versions": [{"version": "default", "start": 0, "end": 2}],
     }
     assert (
         completion["usage"]["completion_tokens"] == 2
@@ -377,13 +384,14 @@ def test_continuous_batching_timing_follows_the_model_and_the_trace_records_send
         *("--sim-profile", slow_profile(tmp_path), "--max-running-requests", "2"),
         *("--num-continuous-decode-steps", "2", "--sim-trace", str(trace), "--sim-load-seconds", "0.5"),
     ]
-    body = completion_body(prompt=list(range(10)), max_tokens=5)
+    # Prompts that differ from their first token on: the prefix cache serves none of them.
+    bodies = [completion_body(prompt=[n, *range(9)], max_tokens=5) for n in range(3)]
     with running_sim(*flags) as sim:
 
         async def scenario() -> list[Streamed]:
             async with session() as client:
                 return await asyncio.gather(
-                    *(stream(client, f"{sim.url}/v1/completions", body) for _ in range(3))
+                    *(stream(client, f"{sim.url}/v1/completions", body) for body in bodies)
                 )
 
         results = asyncio.run(scenario())
@@ -434,14 +442,18 @@ def test_the_k26_profile_keeps_its_modelled_times_in_real_time() -> None:
         *("--sim-profile", "kimi-k2.6-8xpro6000", "--tp-size", "8", "--max-running-requests", "256"),
         *("--num-continuous-decode-steps", "8", "--sim-time-scale", str(scale), "--sim-load-seconds", "1"),
     ]
-    body = completion_body(prompt=list(range(1024)), max_tokens=64)
+
+    def body(first_token: int) -> dict[str, Any]:
+        # Prompts that differ from their first token on: the prefix cache serves none of them.
+        return completion_body(prompt=[first_token, *range(1023)], max_tokens=64)
+
     with running_sim(*flags) as sim:
 
         async def scenario() -> tuple[list[Streamed], list[Streamed]]:
             async with session() as client:
                 url = f"{sim.url}/v1/completions"
-                queued = await asyncio.gather(*(stream(client, url, body) for _ in range(32)))
-                return queued, [await stream(client, url, body) for _ in range(3)]
+                queued = await asyncio.gather(*(stream(client, url, body(n)) for n in range(32)))
+                return queued, [await stream(client, url, body(32 + n)) for n in range(3)]
 
         queued, one_by_one = asyncio.run(scenario())
     # 32 x 1024 tokens are four 8192-token prefill forwards; then 64 tokens in 8 rounds of 8 steps at b = 32.

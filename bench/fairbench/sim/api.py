@@ -23,7 +23,7 @@ import json
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,12 +78,17 @@ class GenerationRequest:
     """``generate``, ``completions`` or ``chat``."""
     rid: str
     model: str
-    prompt_tokens: int
+    prompt: Sequence[Hashable]
+    """The prompt's tokens as the prefix cache keys them: token ids, or the words of a text prompt."""
     max_new_tokens: int | None
     ignore_eos: bool
     stream: bool
     include_usage: bool
     continuous_usage: bool
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.prompt)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +102,8 @@ class ServingInfo:
     default_include_usage: bool
 
 
-def count_text_tokens(text: str) -> int:
-    return len(text.split())
+def text_tokens(text: str) -> list[str]:
+    return text.split()
 
 
 def _int_field(body: dict[str, Any], name: str, default: int | None) -> int | None:
@@ -117,16 +122,16 @@ def _bool_field(body: dict[str, Any], name: str) -> bool:
     return value
 
 
-def _prompt_tokens(prompt: Any, what: str) -> int:
+def _prompt_tokens(prompt: Any, what: str) -> Sequence[Hashable]:
     """Tokens of one prompt given as text or as token ids; batches are not simulated."""
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]
     if isinstance(prompt, str):
-        return count_text_tokens(prompt)
+        return text_tokens(prompt)
     if isinstance(prompt, list) and all(
         isinstance(token, int) and not isinstance(token, bool) for token in prompt
     ):
-        return len(prompt)
+        return prompt
     if isinstance(prompt, list):
         raise openai_error(f"{what}: the simulator serves one prompt per request, not a batch")
     raise validation_error(f"{what}: Input should be a valid string or list of token ids")
@@ -144,6 +149,12 @@ def _usage_options(body: dict[str, Any], info: ServingInfo) -> tuple[bool, bool]
     )
 
 
+def _single_choice(count: Any) -> None:
+    """``n`` (or ``sampling_params.n``): SGLang runs that many generations per prompt; the simulator one."""
+    if count is not None and count != 1:
+        raise openai_error(f"n={count}: the simulator generates one choice per request (n=1)")
+
+
 def parse_generate(body: dict[str, Any], info: ServingInfo) -> GenerationRequest:
     if ("text" in body) == ("input_ids" in body) and "input_embeds" not in body:
         raise ApiError(
@@ -153,12 +164,13 @@ def parse_generate(body: dict[str, Any], info: ServingInfo) -> GenerationRequest
     sampling = body.get("sampling_params") or {}
     if not isinstance(sampling, dict):
         raise validation_error("sampling_params: Input should be a valid dictionary")
+    _single_choice(sampling.get("n"))
     rid = body.get("rid")
     return GenerationRequest(
         api="generate",
         rid=rid if isinstance(rid, str) else uuid.uuid4().hex,
         model="",
-        prompt_tokens=_prompt_tokens(prompt, "text" if "text" in body else "input_ids"),
+        prompt=_prompt_tokens(prompt, "text" if "text" in body else "input_ids"),
         # SamplingParams' default max_new_tokens.
         max_new_tokens=_int_field(sampling, "max_new_tokens", 128),
         ignore_eos=_bool_field(sampling, "ignore_eos"),
@@ -179,12 +191,13 @@ def parse_completion(body: dict[str, Any], info: ServingInfo) -> GenerationReque
     max_tokens = _int_field(body, "max_tokens", 16)
     if max_tokens is not None and max_tokens <= 0:
         raise validation_error("max_tokens: Value error, max_tokens must be positive")
+    _single_choice(body.get("n"))
     include_usage, continuous_usage = _usage_options(body, info)
     return GenerationRequest(
         api="completions",
         rid=body["rid"] if isinstance(body.get("rid"), str) else uuid.uuid4().hex,
         model=str(body.get("model", "default")),
-        prompt_tokens=_prompt_tokens(prompt, "prompt"),
+        prompt=_prompt_tokens(prompt, "prompt"),
         max_new_tokens=max_tokens,
         ignore_eos=_bool_field(body, "ignore_eos"),
         stream=_bool_field(body, "stream"),
@@ -193,28 +206,35 @@ def parse_completion(body: dict[str, Any], info: ServingInfo) -> GenerationReque
     )
 
 
-def _message_tokens(message: Any) -> int:
+def _message_tokens(message: Any) -> list[str]:
     if not isinstance(message, dict) or "role" not in message:
         raise validation_error("messages: each message needs a role")
     content = message.get("content")
     if isinstance(content, str):
-        return count_text_tokens(content)
+        return text_tokens(content)
     if isinstance(content, list):
-        return sum(count_text_tokens(part.get("text", "")) for part in content if isinstance(part, dict))
-    return 0
+        return [
+            word
+            for part in content
+            if isinstance(part, dict)
+            for word in text_tokens(str(part.get("text", "")))
+        ]
+    return []
 
 
 def parse_chat(body: dict[str, Any], info: ServingInfo) -> GenerationRequest:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise validation_error("messages: Field required")
+    # ChatCompletionRequest.to_sampling_params: max_completion_tokens or max_tokens (a 0 falls through).
     max_tokens = _int_field(body, "max_completion_tokens", None) or _int_field(body, "max_tokens", None)
+    _single_choice(body.get("n"))
     include_usage, continuous_usage = _usage_options(body, info)
     return GenerationRequest(
         api="chat",
         rid=body["rid"] if isinstance(body.get("rid"), str) else uuid.uuid4().hex,
         model=str(body.get("model", "default")),
-        prompt_tokens=sum(_message_tokens(message) for message in messages),
+        prompt=[word for message in messages for word in _message_tokens(message)],
         max_new_tokens=max_tokens,
         ignore_eos=_bool_field(body, "ignore_eos"),
         stream=_bool_field(body, "stream"),
@@ -246,8 +266,10 @@ def plan_output(request: GenerationRequest, info: ServingInfo) -> tuple[int, boo
             f"and {wanted} tokens for the completion. Please reduce the number of tokens in the input "
             "messages or the completion to fit within the limit."
         )
-    limit = request.max_new_tokens if request.max_new_tokens is not None else info.context_length - prompt
-    limit = max(limit, 1)  # the simulator always produces the prefill's token
+    if wanted is not None and wanted < 0:
+        # SamplingParams.verify, which runs after the length checks.
+        raise ValueError(f"max_new_tokens must be at least 0, got {wanted}.")
+    limit = wanted if wanted is not None else context - prompt
     if not request.ignore_eos and info.natural_output_tokens < limit:
         return info.natural_output_tokens, True
     return limit, False
@@ -294,13 +316,27 @@ class ResponseWriter(ABC):
         self.created = int(time.time())
         self.received_ns = time.perf_counter_ns()
         self.completion_tokens = 0
+        self.cached_tokens = 0
+        """Leading prompt tokens the prefix cache held when the scheduler admitted the request."""
+        self.aborted = False
+        """Ended by ``/abort_request``: it finishes with SGLang's abort reason."""
         self.event_ns: list[int] = []
         self.event_tokens: list[int] = []
         self.rid_json = json.dumps(request.rid)
         self.model_json = json.dumps(request.model)
 
-    def deliver(self, sim_request: SimRequest, tokens: int, finished: bool) -> None:
+    def abort(self) -> None:
+        """``/abort_request``: the response ends now with what was generated so far, as SGLang's does
+        (a graceful abort: the finish reason says ``abort``, the status stays 200)."""
+        if self.exchange.closed:
+            return
+        self.aborted = True
+        self.deliver(None, 0, True)
+
+    def deliver(self, sim_request: SimRequest | None, tokens: int, finished: bool) -> None:
         """The engine's ``TokenSink``: ``tokens`` new tokens leave now."""
+        if sim_request is not None:
+            self.cached_tokens = sim_request.cached_tokens
         start = self.completion_tokens
         self.completion_tokens = start + tokens
         if self.hooks.record_times:
@@ -342,13 +378,20 @@ class ResponseWriter(ABC):
 
     @property
     def finish_reason(self) -> dict[str, Any]:
+        if self.aborted:
+            return {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
         if self.ends_on_eos:
             return {"type": "stop", "matched": self.info.eos_token_id}
         return {"type": "length", "length": self.completion_tokens}
 
     @property
     def matched_stop(self) -> int | None:
-        return self.info.eos_token_id if self.ends_on_eos else None
+        return self.info.eos_token_id if self.ends_on_eos and not self.aborted else None
+
+    @property
+    def weight_versions(self) -> list[dict[str, Any]]:
+        """``add_weight_versions_to_meta_info``: one span, the weights never change here."""
+        return [{"version": self.info.weight_version, "start": 0, "end": self.completion_tokens}]
 
     def usage(self, with_nulls: bool) -> dict[str, Any]:
         """``UsageProcessor.calculate_token_usage`` as pydantic dumps it, with or without its nulls."""
@@ -392,7 +435,7 @@ class ResponseWriter(ABC):
                 }
             ],
             "usage": self.usage(with_nulls=True),
-            "metadata": {"weight_version": self.info.weight_version},
+            "metadata": {"weight_version": self.info.weight_version, "weight_versions": self.weight_versions},
         }
 
 
@@ -402,22 +445,34 @@ class GenerateWriter(ResponseWriter):
     headers_before_first_token = True
     streamed_text = ""
     streamed_ids = ""
+    sent_first = False
 
     def meta_info(self, finished: bool) -> str:
+        """``TokenizerManager._handle_batch_output``'s meta_info, in its key order. The time the response
+        first went to the client is set once: on a stream's first event, on a whole response's only one."""
         finish = compact_json(self.finish_reason).decode() if finished else "null"
+        cached = self.cached_tokens
+        details = f'{{"device":{cached},"host":0}}' if cached else "null"
         meta = (
             f'{{"id":{self.rid_json},"finish_reason":{finish},"prompt_tokens":{self.request.prompt_tokens},'
             f'"weight_version":{json.dumps(self.info.weight_version)},"num_retractions":0,"reasoning_tokens":0,'
-            f'"completion_tokens":{self.completion_tokens},"cached_tokens":0'
+            f'"completion_tokens":{self.completion_tokens},"cached_tokens":{cached}'
         )
         if finished:
+            meta += f',"weight_versions":{compact_json(self.weight_versions).decode()}'
+        meta += f',"cached_tokens_details":{details},"dp_rank":null'
+        if finished:
             meta += f',"e2e_latency":{(time.perf_counter_ns() - self.received_ns) / 1e9}'
+        if not self.sent_first:
+            self.sent_first = True
+            meta += f',"response_sent_to_client_ts":{time.time()}'
         return meta + "}"
 
     def stream_events(self, start: int, tokens: int, finished: bool) -> list[bytes]:
-        new_ids = ",".join(TOKEN_IDS[index] for index in self.vocabulary_indices(start, tokens))
-        self.streamed_ids = f"{self.streamed_ids},{new_ids}" if self.streamed_ids else new_ids
-        self.streamed_text += self.text_of(start, tokens)
+        if tokens:
+            new_ids = ",".join(TOKEN_IDS[index] for index in self.vocabulary_indices(start, tokens))
+            self.streamed_ids = f"{self.streamed_ids},{new_ids}" if self.streamed_ids else new_ids
+            self.streamed_text += self.text_of(start, tokens)
         return [
             f'data: {{"text":"{self.streamed_text}","output_ids":[{self.streamed_ids}],'
             f'"meta_info":{self.meta_info(finished)}}}\n\n'.encode()
@@ -479,7 +534,8 @@ class ChatWriter(ResponseWriter):
             if self.request.continuous_usage
             else ""
         )
-        events.append(self._chunk(f',"content":"{self.text_of(start, tokens)}"', usage))
+        if tokens:  # SGLang sends no content chunk for an empty delta
+            events.append(self._chunk(f',"content":"{self.text_of(start, tokens)}"', usage))
         if finished:
             finish = f'"{self.finish_reason["type"]}"'
             events.append(self._chunk("", finish=finish, matched=json.dumps(self.matched_stop)))

@@ -22,6 +22,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from fairbench.sim.checkpoint import Checkpoint, CheckpointError, read_checkpoint
 from fairbench.sim.engine import SchedulerLimits
 from fairbench.sim.faults import FaultSettings, combine_fault_specs, parse_fault_spec
 from fairbench.sim.model import (
@@ -301,6 +302,8 @@ class ConfigError(ValueError):
 @dataclass(frozen=True, slots=True)
 class SimConfig:
     profile: Profile
+    checkpoint: Checkpoint
+    """What ``--model-path``'s config.json says, when it is a local model directory."""
     model: PerformanceModel
     limits: SchedulerLimits
     dp_size: int
@@ -405,13 +408,19 @@ def resolve(args: argparse.Namespace) -> SimConfig:
         decode_steps_per_round=_positive(args, "num_continuous_decode_steps"),
         stream_interval=_positive(args, "stream_interval"),
     )
+    try:
+        checkpoint = read_checkpoint(args.model_path)
+    except CheckpointError as exc:
+        raise ConfigError(f"--model-path: {exc}") from None
     served_model_name = args.served_model_name or args.model_path
-    context_length = args.context_length or profile.context_length
+    context_length = args.context_length or checkpoint.context_length or profile.context_length
+    # SGLang reports context_length as given (null without the flag); the length it resolved shows in
+    # /v1/models' max_model_len and in max_req_input_len.
     resolved = {
         "served_model_name": served_model_name,
+        "tokenizer_path": args.tokenizer_path or args.model_path,
         "max_running_requests": max_running,
         "chunked_prefill_size": limits.chunked_prefill_size,
-        "context_length": context_length,
     }
     if speculation is not None:
         resolved.update(
@@ -422,6 +431,7 @@ def resolve(args: argparse.Namespace) -> SimConfig:
     effective, not_modelled, launch_command = _describe_arguments(args, resolved)
     return SimConfig(
         profile=profile,
+        checkpoint=checkpoint,
         model=model,
         limits=limits,
         dp_size=dp_size,

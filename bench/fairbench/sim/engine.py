@@ -6,7 +6,8 @@ The scheduler works in *rounds*, each one forward pass or a few back-to-back dec
   within ``max_running_requests`` and their input fits in one ``chunked_prefill_size`` forward (a single
   longer input is admitted alone and takes several forwards). It costs ``prefill_seconds`` and gives
   each admitted request its first token. Prefill takes priority over decoding, as in SGLang without
-  ``--enable-mixed-chunk``: running requests wait while newcomers are prefilled.
+  ``--enable-mixed-chunk``: running requests wait while newcomers are prefilled. Only the prompt tokens
+  the prefix cache does not hold are computed (and count against ``chunked_prefill_size``).
 * A **decode round** runs ``num_continuous_decode_steps`` steps over the running batch as it stood at
   the round's start; each step costs ``t(b)`` and gives every unfinished request one token (the mean
   accepted length under speculative decoding, carried as a fraction so the average is exact).
@@ -29,11 +30,12 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from fairbench.sim.model import PerformanceModel
+from fairbench.sim.prefix_cache import PrefixCache, prefix_keys
 
 
 class TokenSink(Protocol):
@@ -47,6 +49,12 @@ class SimRequest:
     output_limit: int
     """Tokens it generates before it finishes (by length or by its simulated EOS)."""
     sink: TokenSink
+    prompt: Sequence[Hashable] | None = None
+    """The prompt's tokens as the prefix cache keys them; None: the request is not cached."""
+    cached_tokens: int = 0
+    """Leading prompt tokens the prefix cache held at admission: the prefill computes only the rest."""
+    cache_keys: list[int] | None = None
+    """The prompt's prefix keys, from admission until its prefill has inserted them."""
     counted: bool = True
     """False for the health check's probe, which SGLang keeps out of its metrics."""
     generated: int = 0
@@ -77,9 +85,15 @@ class SchedulerLimits:
 class Scheduler:
     """One data-parallel replica's request queue and running batch."""
 
-    def __init__(self, model: PerformanceModel, limits: SchedulerLimits) -> None:
+    def __init__(
+        self, model: PerformanceModel, limits: SchedulerLimits, prefix_cache: PrefixCache | None = None
+    ) -> None:
         self.model = model
         self.limits = limits
+        self.prefix_cache = prefix_cache
+        """Each data-parallel replica has its own, as each SGLang scheduler has its own radix cache."""
+        self._prefilled_keys: list[list[int]] = []
+        """Prompts whose prefill is done, inserted into the cache before the next admission looks."""
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
         self.prompt_tokens_total = 0
@@ -99,15 +113,22 @@ class Scheduler:
         self.running = [request for request in self.running if not request.aborted]
         admitted: list[SimRequest] = []
         tokens = 0
+        if self.waiting and self._prefilled_keys:
+            self._insert_prefilled()
         while self.waiting and len(self.running) + len(admitted) < limits.max_running_requests:
             candidate = self.waiting[0]
             if candidate.aborted:
                 self.waiting.popleft()
                 continue
-            if admitted and 0 < limits.chunked_prefill_size < tokens + candidate.prompt_tokens:
+            if self.prefix_cache is not None and candidate.prompt is not None:
+                if candidate.cache_keys is None:
+                    candidate.cache_keys = prefix_keys(candidate.prompt)
+                candidate.cached_tokens = self.prefix_cache.match(candidate.cache_keys)
+            extend = candidate.prompt_tokens - candidate.cached_tokens
+            if admitted and 0 < limits.chunked_prefill_size < tokens + extend:
                 break
             admitted.append(self.waiting.popleft())
-            tokens += candidate.prompt_tokens
+            tokens += extend
         if admitted:
             forwards = -(-tokens // limits.chunked_prefill_size) if limits.chunked_prefill_size > 0 else 1
             return Round(admitted, [], 0, self.model.prefill_seconds(tokens, forwards))
@@ -160,11 +181,32 @@ class Scheduler:
                 still_running.append(request)
         if prefill:
             self.running += still_running
+            self._cache_prompts(finished_round.admitted)
         else:
             self.running = still_running
         self.prompt_tokens_total += counted_prompt
         self.generation_tokens_total += counted_generated
         return generated
+
+    def _cache_prompts(self, prefilled: list[SimRequest]) -> None:
+        """A finished prefill's prompts are due for the prefix cache. They are inserted when the next
+        admission matches, which sees the same cache, so the cost falls inside a modelled prefill and not
+        on the moment a round's tokens leave."""
+        for request in prefilled:
+            if request.cache_keys is not None:
+                self._prefilled_keys.append(request.cache_keys)
+                request.cache_keys = None
+
+    def _insert_prefilled(self) -> None:
+        if self.prefix_cache is not None:
+            for keys in self._prefilled_keys:
+                self.prefix_cache.insert(keys)
+        self._prefilled_keys.clear()
+
+    def flush_prefix_cache(self) -> None:
+        self._prefilled_keys.clear()
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()
 
 
 class Clock(Protocol):
@@ -280,6 +322,11 @@ class Engine:
     def abort(self, request: SimRequest) -> None:
         """The client went away: the request leaves the queue or batch at the next round boundary."""
         request.aborted = True
+
+    def flush_prefix_caches(self) -> None:
+        """``/flush_cache``: every replica forgets its cached prefixes."""
+        for replica in self._replicas:
+            replica.scheduler.flush_prefix_cache()
 
     def on_next_output(self, waiter: Callable[[], None]) -> None:
         """Call ``waiter`` once, when the next round that produced tokens ends (the health check)."""

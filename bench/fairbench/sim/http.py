@@ -50,10 +50,12 @@ class HttpExchange:
         self.complete: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.on_disconnect: Callable[[], None] | None = None
 
-    def respond(self, status: int, body: bytes = b"", content_type: str = "application/json") -> None:
+    def respond(self, status: int, body: bytes = b"", content_type: str | None = "application/json") -> None:
+        """``content_type=None`` sends no content-type header, as Starlette's plain ``Response`` does."""
         if self.closed:
             return
-        head = f"content-type: {content_type}\r\ncontent-length: {len(body)}\r\n\r\n".encode()
+        kind = f"content-type: {content_type}\r\n" if content_type else ""
+        head = f"{kind}content-length: {len(body)}\r\n\r\n".encode()
         self._transport.write(self._status_line(status) + head + body)
         self._close()
 

@@ -8,8 +8,12 @@ Routes and status codes follow SGLang 0.5.23's ``http_server.py``:
   seconds (20 by default). SGLang polls for that output once a second; the simulator answers at once.
 * ``/generate``, ``/v1/completions``, ``/v1/chat/completions``: see ``api``.
 * ``/server_info`` and the deprecated ``/get_server_info``; ``/model_info`` and ``/get_model_info``;
-  ``/v1/models`` and ``/v1/models/{model}``; ``/flush_cache`` (GET or POST, 400 while requests run);
-  ``/metrics`` only with ``--enable-metrics``, as in SGLang.
+  ``/v1/models`` and ``/v1/models/{model}``; ``/flush_cache`` (GET or POST, 400 while requests run; it
+  empties the prefix cache); ``/abort_request`` (POST ``{"rid": ...}`` ends every request whose rid starts
+  with it, ``{"abort_all": true}`` all of them; 200 either way); ``/metrics`` only with
+  ``--enable-metrics``, as in SGLang.
+* The plain responses (``/health*``, ``/flush_cache``, ``/abort_request``) carry no content-type, as
+  Starlette's ``Response`` without a media type sends them.
 * ``--api-key`` guards every route but ``/health*``, ``/ready*`` and ``/metrics*`` (Bearer token, 401
   ``{"error": "Unauthorized"}``); ``/flush_cache`` takes the ``--admin-api-key`` instead when one is set.
 """
@@ -45,12 +49,21 @@ from fairbench.sim.args import MODELLED_FIELDS, SimConfig, flag_table, sglang_ve
 from fairbench.sim.engine import Engine, Scheduler, SimRequest
 from fairbench.sim.faults import FaultAction, FaultState
 from fairbench.sim.http import HttpExchange, HttpRequest, serve
+from fairbench.sim.prefix_cache import PrefixCache
 
 HEALTH_CHECK_TIMEOUT_S = float(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
 FLUSH_CACHE_DONE = (
     b"Cache flushed.\nPlease check backend logs for more details. "
     b"(When there are running or waiting requests, the operation will not be performed.)\n"
 )
+
+# A replica's prefix cache holds at most its share of the KV pool, as SGLang's does; without
+# --max-total-tokens the simulator's pool is notional (see max_total_num_tokens), so this caps it: some MB.
+DEFAULT_PREFIX_CACHE_TOKENS = 1 << 18
+# SGLang's scheduler reserves a few tokens of a request's length (tp_worker: max_req_len - 5).
+RESERVED_INPUT_TOKENS = 5
+# /server_info's CUDA graph phases, each with its capture time and memory (0 here: nothing is captured).
+GRAPH_PHASES = ("prefill", "decode", "target_verify", "draft_prefill", "draft_decode", "draft_extend")
 
 Endpoint = Callable[[HttpRequest, HttpExchange], Awaitable[None]]
 
@@ -96,21 +109,26 @@ class SimServer:
     def __init__(self, config: SimConfig, loop: asyncio.AbstractEventLoop) -> None:
         self.config = config
         self.loop = loop
-        schedulers = [Scheduler(config.model, config.limits) for _ in range(config.dp_size)]
+        cache_tokens = min(self.max_total_num_tokens // config.dp_size, DEFAULT_PREFIX_CACHE_TOKENS)
+        schedulers = [
+            Scheduler(config.model, config.limits, PrefixCache(cache_tokens)) for _ in range(config.dp_size)
+        ]
         self.engine = Engine(schedulers, _LoopClock(loop), config.time_scale, config.decode_log_interval)
         self.faults = FaultState(config.faults, config.seed)
+        eos_token_id = config.checkpoint.eos_token_id
         self.info = ServingInfo(
             context_length=config.context_length,
-            eos_token_id=config.profile.eos_token_id,
+            eos_token_id=config.profile.eos_token_id if eos_token_id is None else eos_token_id,
             natural_output_tokens=config.profile.natural_output_tokens,
             weight_version=config.weight_version,
             default_include_usage=config.stream_response_default_include_usage,
         )
-        self.startup_time = time.time()
         self.started_at = loop.time()
         self.loaded = False
         self.requests_received = 0
         self.counters = {"true": _RequestCounters(), "false": _RequestCounters()}
+        self.active: dict[str, tuple[SimRequest, ResponseWriter]] = {}
+        """Requests being generated, by rid: what ``/abort_request`` can reach."""
         # Line-buffered so a crash (the crash-after fault) loses no finished request; closed on shutdown.
         self.trace: IO[str] | None = None
         if config.trace_path:
@@ -127,6 +145,7 @@ class SimServer:
             "/get_model_info": Route(("GET",), self.model_info),
             "/v1/models": Route(("GET",), self.list_models),
             "/flush_cache": Route(("GET", "POST"), self.flush_cache, admin_optional=True),
+            "/abort_request": Route(("POST",), self.abort_request, admin_optional=True),
         }
         if config.enable_metrics:
             self.routes["/metrics"] = Route(("GET",), self.metrics)
@@ -176,7 +195,7 @@ class SimServer:
     async def health(self, request: HttpRequest, exchange: HttpExchange) -> None:
         slow_start_over = self.loop.time() >= self.started_at + self.config.faults.slow_start_s
         if not (self.loaded and slow_start_over):
-            exchange.respond(503, content_type="text/plain")
+            exchange.respond(503, content_type=None)
             return
         output: asyncio.Future[None] = self.loop.create_future()
 
@@ -192,9 +211,9 @@ class SimServer:
         try:
             await asyncio.wait_for(output, HEALTH_CHECK_TIMEOUT_S)
         except TimeoutError:
-            exchange.respond(503, content_type="text/plain")
+            exchange.respond(503, content_type=None)
             return
-        exchange.respond(200, content_type="text/plain")
+        exchange.respond(200, content_type=None)
 
     # --- generation -------------------------------------------------------------------------------------
 
@@ -208,10 +227,12 @@ class SimServer:
         return endpoint
 
     def _serve_generation(self, api: str, request: HttpRequest, exchange: HttpExchange) -> None:
-        if api != "generate" and request.headers.get("content-type", "").split(";")[0].strip().lower() != (
-            "application/json"
-        ):
+        content_type = request.headers.get("content-type")
+        if api != "generate" and _media_type(content_type or "") != "application/json":
             raise validation_error("Unsupported Media Type: Only 'application/json' is allowed")
+        if api == "generate" and content_type is not None and not _is_json_media(content_type):
+            # FastAPI hands a body of another media type over as bytes, which GenerateReqInput refuses.
+            raise validation_error("body: Input should be a dictionary or an instance of GenerateReqInput")
         try:
             body = json.loads(request.body)
         except ValueError as exc:
@@ -258,12 +279,25 @@ class SimServer:
             ),
         )
         sim_request = SimRequest(
-            prompt_tokens=generation.prompt_tokens, output_limit=output_limit, sink=writer
+            prompt_tokens=generation.prompt_tokens,
+            output_limit=output_limit,
+            sink=writer,
+            prompt=generation.prompt,
         )
-        exchange.on_disconnect = lambda: self.engine.abort(sim_request)
+        self.active[generation.rid] = (sim_request, writer)
+        exchange.on_disconnect = lambda: self._disconnected(sim_request, writer)
         if generation.stream and writer.headers_before_first_token:
             exchange.start_stream()
         self.engine.submit(sim_request)
+
+    def _disconnected(self, sim_request: SimRequest, writer: ResponseWriter) -> None:
+        self.engine.abort(sim_request)
+        self._forget(writer)
+
+    def _forget(self, writer: ResponseWriter) -> None:
+        rid = writer.request.rid
+        if rid in self.active and self.active[rid][1] is writer:
+            del self.active[rid]
 
     def _malformed_hook(self) -> Callable[[bytes], bytes] | None:
         if self.config.faults.malformed_every is None:
@@ -276,6 +310,7 @@ class SimServer:
         return maybe_break
 
     def _finished(self, writer: ResponseWriter) -> None:
+        self._forget(writer)
         generation: GenerationRequest = writer.request
         counters = self.counters["true" if generation.stream else "false"]
         counters.requests += 1
@@ -299,25 +334,60 @@ class SimServer:
     async def server_info(self, request: HttpRequest, exchange: HttpExchange) -> None:
         exchange.respond(200, compact_json(self.server_info_body()))
 
+    @property
+    def max_total_num_tokens(self) -> int:
+        """The KV pool's size in tokens: ``--max-total-tokens`` when given, else (the simulated model never
+        runs out of KV cache) room for every running request at full context."""
+        config = self.config
+        given = config.effective_args.get("max_total_tokens")
+        if given:
+            return int(given)
+        return config.limits.max_running_requests * config.dp_size * config.context_length
+
     def server_info_body(self) -> dict[str, Any]:
         """``build_server_info`` + start-up time + per-DP internal states + version, plus the ``sim`` part."""
         config = self.config
-        max_running_total = config.limits.max_running_requests * config.dp_size
+        capacity = self.max_total_num_tokens
+        load_seconds = config.load_seconds
+        scheduler_startup = {
+            "load_weight": load_seconds,
+            "kv_cache_allocation": 0.0,
+            "scheduler_e2e": load_seconds,
+            "cuda_graph": dict.fromkeys(GRAPH_PHASES, 0.0),
+        }
+        # The scheduler's reply leaves out the signal handler, which it could not serialize.
+        args = {key: value for key, value in config.effective_args.items() if key != "custom_sigquit_handler"}
         internal_state = {
-            **config.effective_args,
+            **args,
             "world_size": config.effective_args["tp_size"] * config.dp_size,
-            "startup_time": self.startup_time,
+            "startup_time": scheduler_startup,
             "effective_max_running_requests_per_dp": config.limits.max_running_requests,
             "last_gen_throughput": self.engine.gen_throughput,
+            "memory_usage": {
+                "weight": 0.0,
+                "kvcache": 0.0,
+                "startup_available": 0.0,
+                "token_capacity": capacity,
+                "token_capacity_swa": None,
+                "graph": dict.fromkeys(GRAPH_PHASES, 0.0),
+            },
+            "decode_cuda_graph_bs": [],
+            "decode_cuda_graph_memory_gb": 0.0,
         }
         return {
             **config.effective_args,
             "launch_command": config.launch_command,
             "status": "ready" if self.loaded else "starting",
-            # The model never runs out of KV cache: capacity for every running request at full context.
-            "max_total_num_tokens": max_running_total * config.context_length,
-            "max_req_input_len": config.context_length - 1,
-            "startup_time": self.startup_time,
+            "max_total_num_tokens": capacity,
+            "max_req_input_len": min(config.context_length - 1, capacity - 1) - RESERVED_INPUT_TOKENS,
+            "startup_time": {**scheduler_startup, "tokenizer_e2e": load_seconds},
+            "hicache_object_layout": {
+                "enabled": False,
+                "backend": None,
+                "page_size": config.effective_args.get("page_size") or 1,
+                "hicache_object_layout": {"pools": []},
+                "reason": "Hierarchical cache is disabled",
+            },
             "kv_events": None,
             "internal_states": [internal_state for _ in range(config.dp_size)],
             "version": sglang_version(),
@@ -370,9 +440,9 @@ class SimServer:
             "disaggregation_mode": config.effective_args["disaggregation_mode"],
             "has_image_understanding": False,
             "has_audio_understanding": False,
-            # There is no checkpoint config to read these from.
-            "model_type": None,
-            "architectures": None,
+            # From the model directory's config.json; null when --model-path is no local directory.
+            "model_type": config.checkpoint.model_type,
+            "architectures": config.checkpoint.architectures,
         }
         exchange.respond(200, compact_json(body))
 
@@ -406,9 +476,31 @@ class SimServer:
 
     async def flush_cache(self, request: HttpRequest, exchange: HttpExchange) -> None:
         if self.engine.num_running or self.engine.num_waiting:
-            exchange.respond(400, b"Flush cache failed.\n", "text/plain; charset=utf-8")
+            exchange.respond(400, b"Flush cache failed.\n", content_type=None)
             return
-        exchange.respond(200, FLUSH_CACHE_DONE, "text/plain; charset=utf-8")
+        self.engine.flush_prefix_caches()
+        exchange.respond(200, FLUSH_CACHE_DONE, content_type=None)
+
+    async def abort_request(self, request: HttpRequest, exchange: HttpExchange) -> None:
+        """``TokenizerManager.abort_request``: the scheduler ends every request whose rid starts with the
+        given one (so an empty rid without ``abort_all`` is ignored); an unknown rid is no error."""
+        try:
+            body = json.loads(request.body or b"{}")
+        except ValueError as exc:
+            exchange.respond(400, compact_json(validation_error(f"JSON decode error: {exc}").body))
+            return
+        if not isinstance(body, dict):
+            exchange.respond(400, compact_json(validation_error("Input should be a valid dictionary").body))
+            return
+        given = body.get("rid")
+        rid = given if isinstance(given, str) else ""
+        abort_all = body.get("abort_all") is True
+        if abort_all or rid:
+            for key, (sim_request, writer) in list(self.active.items()):
+                if abort_all or key.startswith(rid):
+                    self.engine.abort(sim_request)
+                    writer.abort()
+        exchange.respond(200, content_type=None)
 
     # --- metrics ----------------------------------------------------------------------------------------
 
@@ -470,6 +562,16 @@ class SimServer:
             [("fairbench_sim_rounds_total", sim_labels, lag.rounds)],
         )
         return "\n".join(lines) + "\n"
+
+
+def _media_type(content_type: str) -> str:
+    return content_type.split(";", 1)[0].strip().lower()
+
+
+def _is_json_media(content_type: str) -> bool:
+    """FastAPI's test for a JSON body: ``application/json`` or any ``+json`` subtype."""
+    media = _media_type(content_type)
+    return media.endswith("/json") or media.endswith("+json")
 
 
 async def serve_forever(config: SimConfig) -> int:

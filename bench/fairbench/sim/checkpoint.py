@@ -1,0 +1,85 @@
+"""What the simulator reads from a local model directory: the few ``config.json`` values SGLang reports.
+
+SGLang takes the context length, the model type and the architectures from the checkpoint's ``config.json``
+(``hf_transformers.common.get_context_length``: the first of ``CONTEXT_LENGTH_KEYS`` that is set, times the
+RoPE scaling factor). When ``--model-path`` is a local directory with that file, the simulator does the same,
+so a request is refused at the same length as by SGLang serving that directory. Any other model path (a
+Hugging Face id, or the made-up names tests use) yields an empty ``Checkpoint``: the profile stands in.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CONTEXT_LENGTH_KEYS = (
+    "max_sequence_length",
+    "seq_length",
+    "max_seq_len",
+    "model_max_length",
+    "max_position_embeddings",
+)
+# transformers' attribute maps: GPT-2-style configs store max_position_embeddings as n_positions.
+KEY_ALIASES = {"max_position_embeddings": ("n_positions", "n_ctx")}
+SGLANG_DEFAULT_CONTEXT_LENGTH = 2048
+
+
+class CheckpointError(ValueError):
+    """The model directory's config.json cannot be read; SGLang would not start either."""
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    model_type: str | None = None
+    architectures: list[str] | None = None
+    context_length: int | None = None
+    eos_token_id: int | None = None
+
+
+def _lookup(config: dict[str, Any], key: str) -> Any:
+    for name in (key, *KEY_ALIASES.get(key, ())):
+        if config.get(name) is not None:
+            return config[name]
+    return None
+
+
+def context_length(config: dict[str, Any]) -> int:
+    """``get_context_length`` on a config read as plain JSON."""
+    rope_scaling = config.get("rope_scaling") or {}
+    factor = 1.0
+    if isinstance(rope_scaling, dict) and rope_scaling:
+        factor = float(rope_scaling.get("factor", 1))
+        if "original_max_position_embeddings" in rope_scaling or rope_scaling.get("rope_type") == "llama3":
+            factor = 1.0
+    for key in CONTEXT_LENGTH_KEYS:
+        value = _lookup(config, key)
+        if value is not None:
+            return int(factor * value)
+    return SGLANG_DEFAULT_CONTEXT_LENGTH
+
+
+def read_checkpoint(model_path: str) -> Checkpoint:
+    path = Path(model_path) / "config.json"
+    if not path.is_file():
+        return Checkpoint()
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{path}: {exc}") from None
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{path}: not a JSON object")
+    # Multimodal checkpoints keep the language model's settings in text_config, as SGLang reads them.
+    nested = config.get("text_config")
+    text_config: dict[str, Any] = nested if isinstance(nested, dict) else config
+    eos = text_config.get("eos_token_id", config.get("eos_token_id"))
+    if isinstance(eos, list):
+        eos = eos[0] if eos else None
+    architectures = config.get("architectures")
+    return Checkpoint(
+        model_type=config.get("model_type") if isinstance(config.get("model_type"), str) else None,
+        architectures=[str(name) for name in architectures] if isinstance(architectures, list) else None,
+        context_length=context_length(text_config),
+        eos_token_id=eos if isinstance(eos, int) and not isinstance(eos, bool) else None,
+    )
