@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from fairbench.journal import excerpt
 
 PREFIX = "2026-12-01T09:16:38+0000 lab1 python[3417]: "
@@ -59,3 +61,16 @@ def test_without_a_complete_traceback_the_last_lines_are_quoted() -> None:
 def test_lines_without_a_journal_prefix_are_read_as_they_are() -> None:
     raw = ["starting", "Traceback (most recent call last):", '  File "x.py", line 3', "OSError: gone", "bye"]
     assert excerpt(raw, 30) == raw[1:4]
+
+
+def test_a_real_sglang_crash_is_quoted_from_its_traceback_to_the_index_error() -> None:
+    """journal.log of campaigns/lab-sglang.yml's vocab-256 on a lab host: the shutdown follows the error."""
+    journal = (Path(__file__).parents[1] / "fixtures" / "journal" / "sglang-vocab-256.log").read_text()
+    lines = journal.splitlines()
+    quoted = excerpt(lines, 30)
+    assert len(quoted) == 30
+    assert quoted[0].endswith("Scheduler hit an exception: Traceback (most recent call last):")
+    assert quoted[-1].endswith("IndexError: index out of range in self")
+    assert not any("SIGQUIT" in line or "systemd[1]" in line for line in quoted)
+    # The last 30 lines would have begun inside the traceback, without its header, and with the shutdown.
+    assert not any("Traceback" in line for line in lines[-30:])
