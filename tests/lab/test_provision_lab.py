@@ -129,6 +129,9 @@ def extra_vars(stub_repo_url: str, tmp_path_factory: pytest.TempPathFactory) -> 
         "sglang_python": "/usr/bin/python3",
         "sglang_uv_python_downloads": "never",
         "sglang_wheelhouse": str(wheelhouse),
+        # The stub wheelhouse is copied to the host: the lab inventory's shared, built one is for real SGLang.
+        "sglang_wheelhouse_shared": False,
+        "sglang_wheelhouse_build": False,
         "sglang_hf_token": "hf_stub_token_for_the_lab",
     }
     path = tmp_path_factory.mktemp("vars") / "provision-lab.yml"
