@@ -41,7 +41,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--check", action="store_true", help="show what would change (--check --diff), run nothing"
     )
-    parser.add_argument("--limit", help="only these hosts (Ansible's --limit pattern)")
+    parser.add_argument(
+        "--limit", help="only these GPU hosts (Ansible's --limit pattern; the control node is always in)"
+    )
     parser.add_argument(
         "-e",
         "--extra-var",
@@ -101,7 +103,9 @@ def run(args: argparse.Namespace) -> int:
                 inventory=str(inventory),
                 extravars=extravars,
                 cmdline="--check --diff" if args.check else None,
-                limit=args.limit,
+                # The campaign's own plays (load, record, report) run on the control node: a limit to
+                # some GPU hosts must not leave it out.
+                limit=f"{args.limit},localhost" if args.limit else None,
                 envvars={
                     "ANSIBLE_CONFIG": str(project / "ansible.cfg"),
                     "ANSIBLE_NOCOLOR": "1",
