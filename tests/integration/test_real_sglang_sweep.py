@@ -54,7 +54,7 @@ def test_every_request_completes_and_the_server_lives(
 
 
 def test_ids_the_model_does_not_have_bring_the_whole_server_down(tmp_path: Path) -> None:
-    """Why the vocabulary is learned: the old fixed range (up to 30000), given on purpose, kills SGLang."""
+    """Why the vocabulary is learned: a fixed range (up to 30000), given on purpose, kills SGLang."""
     server = start(tmp_path)
     try:
         done = _sweep(server.url, tmp_path / "out", "--vocab-size", "30000", "--concurrency", "1")

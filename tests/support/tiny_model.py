@@ -6,7 +6,7 @@ No weights: the server starts it with ``--load-format dummy`` (random weights), 
 but every token passes through SGLang's real tokenizer, scheduler, radix cache and HTTP layers. The tokenizer
 is a byte-level BPE trained right here, in plain Python, on a fixed built-in text: no download, no
 ``tokenizers`` package, and a vocabulary of ``VOCAB_SIZE`` ids, far below what a real model has, so a client
-that draws token ids from a fixed range (``fairbench.workload`` once did, up to 30000) sends ids this model
+that draws token ids from a fixed range (say up to 30000, below most real vocabularies) sends ids this model
 does not have.
 """
 
