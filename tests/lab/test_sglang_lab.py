@@ -2,10 +2,11 @@
 
 ``fairbench run`` plays site.yml on lab1 alone with ``sglang_on_cpu``: the sglang role installs sglang==0.5.23
 from the wheelhouse it builds once on this machine (which the lab hosts see at the same path, as a fleet
-sees an NFS export), the serving role copies the tiny model and renders the hardened units, and three of
-campaigns/lab-sglang.yml's configs run in turn on the completions API: ``baseline``, ``vocab-256`` (its
-embedding is smaller than its tokenizer, so real SGLang crashes on the first id above 255) and ``stream-4``,
-which must still run after the crash. A second run sweeps ``baseline`` again on the chat API.
+sees an NFS export), the serving role copies the tiny model and renders the hardened units, and three
+configs run in turn on the completions API: campaigns/lab-sglang.yml's ``baseline``, then ``vocab-256`` (its
+embedding is smaller than its tokenizer, so real SGLang crashes on the first id above 255), then the
+campaign's ``stream-4``, which must still run after the crash. A second run sweeps ``baseline`` again on the
+chat API.
 
 Needs a lab host that has no SGLang yet (the provisioning tests install a stub one): run it on a fresh lab
 (``make lab-down lab-up``). Results go to a temporary directory, never into results/.
@@ -51,11 +52,16 @@ def _on_host(command: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
 
 
+# A real crash: the embedding shrunk to 256 rows while the tokenizer keeps 512 ids, so the first prompt with
+# an id above 255 makes SGLang's embedding lookup raise, and the whole server exits.
+CRASHING = {"vocab-256": {"args": {"json-model-override-args": '{"vocab_size": 256}'}}}
+
+
 def _campaign(tmp: Path, name: str, configs: tuple[str, ...], api: str) -> Path:
-    """campaigns/lab-sglang.yml with only ``configs``, on ``api``."""
+    """campaigns/lab-sglang.yml (and CRASHING) with only ``configs``, on ``api``."""
     data = yaml.safe_load(LAB_CAMPAIGN.read_text())
     data["name"] = name
-    data["configs"] = {config: data["configs"][config] for config in configs}
+    data["configs"] = {config: (data["configs"] | CRASHING)[config] for config in configs}
     data["workload"]["api"] = api
     path = tmp / f"{name}.yml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))

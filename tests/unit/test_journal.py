@@ -64,7 +64,7 @@ def test_lines_without_a_journal_prefix_are_read_as_they_are() -> None:
 
 
 def test_a_real_sglang_crash_is_quoted_from_its_traceback_to_the_index_error() -> None:
-    """journal.log of campaigns/lab-sglang.yml's vocab-256 on a lab host: the shutdown follows the error."""
+    """journal.log of tests/lab/test_sglang_lab.py's crashing config: its shutdown follows the error."""
     journal = (Path(__file__).parents[1] / "fixtures" / "journal" / "sglang-vocab-256.log").read_text()
     lines = journal.splitlines()
     quoted = excerpt(lines, 30)
