@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.support.real_sglang import SGLANG_VERSION
 
 from fairbench import campaign as campaign_module
 from fairbench import campaign_cli
@@ -27,7 +28,6 @@ from fairbench.sglang_parser import check_campaign, parse_argvs, venv_python
 
 REPO = Path(__file__).resolve().parents[2]
 CAMPAIGNS = sorted((REPO / "campaigns").glob("*.yml"))
-SGLANG_VERSION = "0.5.23"
 TORCH = "torch==2.13.0"
 # What `import sglang.srt.server_args` and ServerArgs.add_cli_args import, found one ModuleNotFoundError at a
 # time (sglang 0.5.23, Python 3.11); everything else of SGLang's dependencies is left out.

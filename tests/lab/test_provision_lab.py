@@ -30,13 +30,13 @@ import pytest
 import yaml
 from tests.lab.stub_repo import build_repo, build_wheelhouse
 from tests.support.lab_hosts import INVENTORY, answering_lab_hosts
+from tests.support.real_sglang import SGLANG_VERSION
 
 pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOK = "playbooks/provision.yml"
 PLAYBOOK_TIMEOUT_S = 900
-SGLANG_VERSION = "0.5.23"
 UV_VERSION = "0.13.9"
 # Ansible's commands from the venv running the tests, else from PATH.
 BIN = Path(sys.executable).parent
