@@ -10,17 +10,19 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from tests.support.fake_nvidia_smi import write_fake_nvidia_smi
 
 from fairbench.campaign import load_campaign
@@ -465,38 +467,172 @@ def test_exec_args_are_escaped_for_systemd() -> None:
     assert filters.systemd_environment(("X", "a%b")) == '"X=a%%b"'
 
 
+def _render_units(tmp_path: Path, campaign: str) -> list[Path]:
+    """The units of every config of ``campaign``, rendered by the template with the role's defaults."""
+    venv = Path(sys.executable).parent.parent
+    units = tmp_path / Path(campaign).stem
+    units.mkdir()
+    render = {
+        "name": "Render",
+        "ansible.builtin.template": {
+            "src": str(REPO / "templates/sglang.service.j2"),
+            "dest": f"{units}/{{{{ serving_config.unit }}}}",
+            "mode": "0644",
+        },
+        "loop": "{{ fairbench_campaign.configs.values() | list }}",
+        "loop_control": {"loop_var": "serving_config"},
+        "vars": {"serving_campaign": "{{ fairbench_campaign }}"},
+    }
+    results = run_play(
+        tmp_path,
+        [_load_task(campaign), render],
+        # The role's defaults, and executables that exist here (verify checks ExecStart's).
+        "-e", f"@{REPO}/roles/serving/defaults/main.yml",
+        "-e", f"serving_fairbench_venv={venv} serving_sglang_python={sys.executable}",
+        env={"ANSIBLE_FILTER_PLUGINS": str(REPO / "roles/serving/filter_plugins")},
+    )  # fmt: skip
+    assert not results["Render"].get("failed"), results["Render"]
+    rendered = sorted(units.iterdir())
+    assert len(rendered) == len(load_campaign(REPO / campaign).configs)
+    return rendered
+
+
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
 def test_rendered_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
     """Every config of every campaign renders a unit that systemd accepts without a word on stderr."""
-    venv = Path(sys.executable).parent.parent
     for campaign in ("campaigns/demo.yml", "campaigns/kimi-k2.6-pcie.yml", "tests/lab/campaign-short.yml"):
-        units = tmp_path / Path(campaign).stem
-        units.mkdir()
-        render = {
-            "name": "Render",
-            "ansible.builtin.template": {
-                "src": str(REPO / "templates/sglang.service.j2"),
-                "dest": f"{units}/{{{{ serving_config.unit }}}}",
-                "mode": "0644",
-            },
-            "loop": "{{ fairbench_campaign.configs.values() | list }}",
-            "loop_control": {"loop_var": "serving_config"},
-            "vars": {"serving_campaign": "{{ fairbench_campaign }}"},
-        }
-        results = run_play(
-            tmp_path,
-            [_load_task(campaign), render],
-            # The role's defaults, and executables that exist here (verify checks ExecStart's).
-            "-e", f"@{REPO}/roles/serving/defaults/main.yml",
-            "-e", f"serving_fairbench_venv={venv} serving_sglang_python={sys.executable}",
-            env={"ANSIBLE_FILTER_PLUGINS": str(REPO / "roles/serving/filter_plugins")},
-        )  # fmt: skip
-        assert not results["Render"].get("failed"), results["Render"]
-        rendered = sorted(units.iterdir())
-        assert len(rendered) == len(load_campaign(REPO / campaign).configs)
+        rendered = _render_units(tmp_path, campaign)
         verify = subprocess.run(
             ["systemd-analyze", "verify", *map(str, rendered)], capture_output=True, text=True, check=False
         )
         # User= names the lab hosts' fairbench user, which this machine may lack; nothing else may be said.
         complaints = [line for line in verify.stderr.splitlines() if "User" not in line]
         assert verify.returncode == 0 and not complaints, verify.stderr
+
+
+# Each a character systemd ends a unit's line at, or (a trailing backslash) joins two lines with.
+LINE_BREAKERS = {"newline": "\n", "carriage-return": "\r", "nul": "\0", "trailing-backslash": "\\"}
+# Lines that, were they to become directives, systemd-analyze verify reports: a key it does not know and
+# a command that does not exist.
+INJECTED = "InjectedKey=1", "ExecStartPre=/nonexistent/injected"
+
+
+def _injected(value: str, breaker: str) -> str:
+    if breaker == "\\":
+        return value + breaker  # joins the template's next line to this one
+    return breaker.join([value, *INJECTED])
+
+
+def _unit_directives(text: str) -> list[str]:
+    """The (section, key) of each directive, read as systemd.syntax(7) says: lines end at a newline,
+    carriage return or NUL; a line ending in an odd run of backslashes continues on the next."""
+    directives: list[str] = []
+    section = ""
+    pending = ""
+    for physical in re.split("[\n\r\0]", text):
+        line = pending + physical.strip()
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2:
+            pending = line[:-1] + " "
+            continue
+        pending = ""
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("["):
+            section = line
+        else:
+            directives.append(f"{section}{line.split('=', 1)[0]}")
+    return directives
+
+
+def _broken_fields(
+    campaign: dict[str, Any], config: dict[str, Any], broken: Callable[[str], str]
+) -> dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]]:
+    """Every field the template writes, each broken alone: (campaign, config, role variable) overrides."""
+    return {
+        **{
+            field: ({field: broken(campaign[field])}, {}, {})
+            for field in ("name", "source", "model", "engine")
+        },
+        "config-name": ({}, {"name": broken(config["name"])}, {}),
+        "argv": ({}, {"argv": [*config["argv"], "--served-model-name", broken("m")]}, {}),
+        "env-value": ({}, {"env": {"NCCL_DEBUG": broken("INFO")}}, {}),
+        "env-name": ({}, {"env": {broken("NCCL_DEBUG"): "INFO"}}, {}),
+        "serving_user": ({}, {}, {"serving_user": broken("fairbench")}),
+        "serving_home": ({}, {}, {"serving_home": broken("/var/lib/fairbench-serving")}),
+        "serving_cache_dir": ({}, {}, {"serving_cache_dir": broken("/var/cache/fairbench-serving")}),
+        "serving_host": ({}, {}, {"serving_host": broken("127.0.0.1")}),
+        "serving_extra_writable_paths": ({}, {}, {"serving_extra_writable_paths": [broken("/srv/x")]}),
+    }
+
+
+def _unit_cases(campaign: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The clean rendering, and one for every field broken by each line breaker."""
+    # With an environment entry of its own, which two of the broken renderings break.
+    config = {**campaign["configs"]["tp8"], "env": {"NCCL_DEBUG": "INFO"}}
+    cases = {"clean": {"campaign": campaign, "config": config, "role": {}}}
+    for label, breaker in LINE_BREAKERS.items():
+        fields = _broken_fields(campaign, config, lambda value, breaker=breaker: _injected(value, breaker))
+        for field, (campaign_part, config_part, role) in fields.items():
+            cases[f"{field}-{label}"] = {
+                "campaign": {**campaign, **campaign_part},
+                "config": {**config, **config_part},
+                "role": role,
+            }
+    return cases
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
+def test_a_line_break_in_any_field_adds_no_directive_to_the_unit(tmp_path: Path) -> None:
+    """Rendered from values ``fairbench validate`` refuses, the unit still holds exactly the template's
+    directives: systemd-analyze verify finds neither injected line, and every rendering has the clean
+    one's directives in the clean one's order."""
+    venv = Path(sys.executable).parent.parent
+    defaults = yaml.safe_load((REPO / "roles/serving/defaults/main.yml").read_text())
+    campaign = load_campaign(REPO / "campaigns/demo.yml").to_json()
+    cases = _unit_cases(campaign)
+    (tmp_path / "units").mkdir()
+    tasks = [
+        {
+            "name": "Render",
+            "ansible.builtin.template": {
+                "src": str(REPO / "templates/sglang.service.j2"),
+                "dest": f"{tmp_path}/units/{{{{ item.key }}}}.service",
+                "mode": "0644",
+            },
+            "loop": "{{ fairbench_cases | dict2items }}",
+            "vars": {
+                "serving_campaign": "{{ item.value.campaign }}",
+                "serving_config": "{{ item.value.config }}",
+                **{
+                    name: f"{{{{ item.value.role.get({name!r}, serving_defaults.{name}) }}}}"
+                    for name in defaults
+                },
+                # Executables that exist here: verify checks ExecStart's.
+                "serving_fairbench_venv": str(venv),
+                "serving_sglang_python": sys.executable,
+            },
+        },
+    ]
+    (tmp_path / "cases.json").write_text(json.dumps({"fairbench_cases": cases, "serving_defaults": defaults}))
+    results = run_play(
+        tmp_path,
+        tasks,
+        "-e", f"@{tmp_path}/cases.json",
+        env={"ANSIBLE_FILTER_PLUGINS": str(REPO / "roles/serving/filter_plugins")},
+    )  # fmt: skip
+    assert not results["Render"].get("failed"), results["Render"]
+    units = {path.stem: path for path in (tmp_path / "units").iterdir()}
+    assert sorted(units) == sorted(cases)
+    verify = subprocess.run(
+        ["systemd-analyze", "verify", *map(str, units.values())], capture_output=True, text=True, check=False
+    )
+    # systemd may find a broken value invalid (that is the point), but never one of the injected lines.
+    injected = re.compile(r"Unknown key|Unknown section|outside of section|Command .* is not executable")
+    assert not injected.search(verify.stderr), verify.stderr
+    for name in ("clean", "model-newline", "argv-carriage-return", "env-value-trailing-backslash"):
+        assert f"{name}.service" not in verify.stderr, verify.stderr
+    expected = _unit_directives(units["clean"].read_text())
+    assert len(expected) > 30
+    for name, path in units.items():
+        assert _unit_directives(path.read_text()) == expected, name
