@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import yaml
 from tests.support.fake_nvidia_smi import write_fake_nvidia_smi
+from tests.support.unit_exposure import UNIT_EXPOSURE, exposure
 
 from fairbench.campaign import load_campaign
 
@@ -508,6 +509,19 @@ def test_rendered_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
         # User= names the lab hosts' fairbench user, which this machine may lack; nothing else may be said.
         complaints = [line for line in verify.stderr.splitlines() if "User" not in line]
         assert verify.returncode == 0 and not complaints, verify.stderr
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
+def test_the_units_exposure_does_not_rise(tmp_path: Path) -> None:
+    for campaign in ("campaigns/demo.yml", "campaigns/lab-sglang.yml"):
+        for unit in _render_units(tmp_path, campaign):
+            done = subprocess.run(
+                ["systemd-analyze", "security", "--offline=true", "--no-pager", str(unit)],
+                capture_output=True, text=True, check=False,
+            )  # fmt: skip
+            score = exposure(done.stdout)
+            assert score is not None, done.stdout + done.stderr
+            assert score <= UNIT_EXPOSURE, f"{unit.name}: {score}\n{done.stdout}"
 
 
 # Each a character systemd ends a unit's line at, or (a trailing backslash) joins two lines with.

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 import yaml
 from tests.support.lab_hosts import INVENTORY, answering_lab_hosts
+from tests.support.unit_exposure import UNIT_EXPOSURE, exposure
 
 pytestmark = pytest.mark.lab
 
@@ -168,6 +169,19 @@ def test_the_chat_api_sweeps_the_same_server(runs: tuple[Run, Run]) -> None:
     assert chat.status("baseline")["status"] == "ok"
     assert [(p["completed"], p["failed"]) for p in chat.points("baseline")] == [(16, 0)] * 3
     assert json.loads((chat.config_dir("baseline") / "sweep.json").read_text())["vocabulary"] is None
+
+
+def test_each_server_stopped_cleanly_under_the_hardened_unit(runs: tuple[Run, Run]) -> None:
+    """Served and stopped with nothing killed, under the unit whose offline exposure the integration
+    tests hold; systemd's own score of the loaded unit says the same."""
+    completions, chat = runs
+    for run, config in [(completions, "baseline"), (completions, "stream-4"), (chat, "baseline")]:
+        unit = run.status(config)["unit"]
+        result = _on_host(f"systemctl show --property=Result --value {unit}")
+        assert result.stdout.strip().endswith("(stdout) success"), _on_host(f"journalctl -u {unit}").stdout
+        security = _on_host(f"systemd-analyze security --no-pager {unit}").stdout
+        score = exposure(security)
+        assert score is not None and score <= UNIT_EXPOSURE, security
 
 
 def test_no_server_is_left_running(runs: tuple[Run, Run]) -> None:
