@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
+import signal
 import sys
 import tempfile
 from datetime import datetime, timezone
@@ -22,6 +24,8 @@ from fairbench.cli import UsageError
 from fairbench.run_display import RunDisplay
 
 RUN_ID_PATTERN = "^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+RESERVED_VARS = {"campaign": "the CAMPAIGN argument", "run_id": "--run-id"}
+"""Extra variables ``fairbench run`` sets itself, each from its own argument."""
 SITE_PLAYBOOK = Path("playbooks") / "site.yml"
 ANSIBLE_LOG = "ansible.log"
 
@@ -66,12 +70,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    run_id = _run_id(args.run_id)
+    limit = _limit(args.limit)
+    given_vars = extra_vars(args.extra_var)
     try:
         import ansible_runner  # type: ignore[import-untyped]  # noqa: PLC0415 - only this command needs it
-    except ImportError as exc:
-        raise UsageError(
-            f"ansible-runner is not installed: pip install 'fairbench[control]' ({exc})"
-        ) from exc
+        from ansible_runner.exceptions import AnsibleRunnerException  # type: ignore[import-untyped]  # noqa: PLC0415
+    except ImportError:
+        return _runtime_error("ansible-runner is not installed: pip install 'fairbench[control]'")
     project = project_dir(args.project_dir)
     playbook = project / args.playbook
     if not playbook.is_file():
@@ -85,9 +91,8 @@ def run(args: argparse.Namespace) -> int:
         for message in exc.messages:
             print(message, file=sys.stderr)
         return 2
-    run_id = args.run_id or datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     extravars = {
-        **extra_vars(args.extra_var),
+        **given_vars,
         # As named from the project, where ansible-playbook runs: campaign.json records it so.
         "campaign": os.path.relpath(args.campaign.resolve(), project),
         "run_id": run_id,
@@ -95,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
     display = RunDisplay(sys.stdout, live=sys.stdout.isatty() if args.live is None else args.live)
     print(f"fairbench run: campaign {campaign.name} ({len(campaign.configs)} configs), run id {run_id}")
     with tempfile.TemporaryDirectory(prefix="fairbench-runner-") as private_dir:
+        sigint_handler = signal.getsignal(signal.SIGINT)
         try:
             runner: Any = ansible_runner.run(
                 private_data_dir=private_dir,
@@ -103,9 +109,7 @@ def run(args: argparse.Namespace) -> int:
                 inventory=str(inventory),
                 extravars=extravars,
                 cmdline="--check --diff" if args.check else None,
-                # The campaign's own plays (load, record, report) run on the control node: a limit to
-                # some GPU hosts must not leave it out.
-                limit=f"{args.limit},localhost" if args.limit else None,
+                limit=limit,
                 envvars={
                     "ANSIBLE_CONFIG": str(project / "ansible.cfg"),
                     "ANSIBLE_NOCOLOR": "1",
@@ -116,24 +120,74 @@ def run(args: argparse.Namespace) -> int:
                 quiet=True,
             )
         except KeyboardInterrupt:
-            print(f"interrupted: sweeps already started go on on their hosts; --run-id {run_id} resumes")
-            return 130
+            return _interrupted(run_id)
+        except AnsibleRunnerException as exc:
+            return _runtime_error(f"ansible-runner: {exc}")
         finally:
+            # ansible-runner turns Ctrl-C into a cancellation through a handler it leaves installed.
+            signal.signal(signal.SIGINT, sigint_handler)
             display.close()
         # Beside the run's results; before any config started, beside the default results root's.
         run_dir = display.run_dir or project / "results" / campaign.name / run_id
-        log = run_dir / ANSIBLE_LOG
-        run_dir.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(Path(private_dir) / "artifacts" / str(runner.config.ident) / "stdout", log)
-        print(f"ansible's output: {log}")
+        log = _keep_log(Path(private_dir) / "artifacts" / str(runner.config.ident) / "stdout", run_dir)
+    if runner.status == "canceled":
+        return _interrupted(run_id)
     for path in display.report_paths:
         print(f"report: {path}")
     if display.failed_configs:
         print(f"failed: {', '.join(display.failed_configs)} (each status.json says why)")
     rc: int = runner.rc
     if rc != 0 and not display.failed_configs:
-        print(f"ansible-playbook failed (rc {rc}); {log} has its whole output")
+        where = f"; {log} has its whole output" if log else ""
+        print(f"ansible-playbook failed (rc {rc}){where}")
     return rc
+
+
+def _run_id(given: str | None) -> str:
+    if given is None:
+        return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    # Checked here too, not only by campaign.yml: site.yml provisions every host before that check.
+    if not re.fullmatch(RUN_ID_PATTERN, given):
+        raise UsageError(
+            f"--run-id: {given!r} must be letters, digits, '_', '.' and '-', starting with a letter or digit"
+        )
+    return given
+
+
+def _limit(given: str | None) -> str | None:
+    if given is None:
+        return None
+    if not given.strip():
+        raise UsageError("--limit: an empty pattern; leave the option out to run on every host")
+    # The campaign's own plays (load, record, report) run on the control node: a limit to some GPU hosts
+    # must not leave it out.
+    return f"{given},localhost"
+
+
+def _keep_log(stdout: Path, run_dir: Path) -> Path | None:
+    """ansible-playbook's output copied to the run's ``ansible.log``; None, said why, if it cannot be."""
+    log = run_dir / ANSIBLE_LOG
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(stdout, log)
+    except OSError as exc:
+        print(
+            f"fairbench run: error: cannot keep ansible's output as {log}: {exc.strerror or exc}",
+            file=sys.stderr,
+        )
+        return None
+    print(f"ansible's output: {log}")
+    return log
+
+
+def _interrupted(run_id: str) -> int:
+    print(f"interrupted: sweeps already started go on on their hosts; --run-id {run_id} resumes")
+    return 130
+
+
+def _runtime_error(message: str) -> int:
+    print(f"fairbench run: error: {message}", file=sys.stderr)
+    return 1
 
 
 def project_dir(given: Path | None) -> Path:
@@ -159,5 +213,7 @@ def extra_vars(pairs: list[str]) -> dict[str, str]:
         key, sep, value = pair.partition("=")
         if not sep or not key.isidentifier():
             raise UsageError(f"-e/--extra-var: {pair!r} is not KEY=VALUE with KEY a variable name")
+        if key in RESERVED_VARS:
+            raise UsageError(f"-e/--extra-var: {key} is set by {RESERVED_VARS[key]}")
         parsed[key] = value
     return parsed

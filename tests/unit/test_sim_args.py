@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -206,3 +210,176 @@ def test_sglang_config_files_are_refused_rather_than_silently_ignored() -> None:
 def test_faults_from_several_flags_combine() -> None:
     resolved = config("--sim-fault", "crash-after=5,http-500-rate=0.25", "--sim-fault", "slow-start=2")
     assert resolved.faults.describe() == {"crash-after": 5, "http-500-rate": 0.25, "slow-start": 2.0}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--sim-time-scale", "nan"], "argument --sim-time-scale: must be a finite number, got nan"),
+        (
+            ["--sim-time-scale", "0"],
+            "argument --sim-time-scale: must be a number from 0.0001 to 10000 (a factor), got 0",
+        ),
+        (["--sim-load-seconds", "inf"], "argument --sim-load-seconds: must be a finite number, got inf"),
+        (
+            ["--sim-load-seconds", "-1"],
+            "argument --sim-load-seconds: must be a number from 0 to 604800 seconds, got -1",
+        ),
+        (
+            ["--sim-seed", "-1"],
+            "argument --sim-seed: must be an integer from 0 to 4,294,967,295 (a 32-bit seed), got -1",
+        ),
+        (
+            ["--sim-fault", "slow-start=nan"],
+            "argument --sim-fault: slow-start: must be a finite number, got nan",
+        ),
+        (
+            ["--sim-fault", "crash-after=99999999999"],
+            "argument --sim-fault: crash-after: must be an integer from 0 to 10,000,000 requests, got 1e+11",
+        ),
+        (
+            ["--sim-predict", "16,99999999999"],
+            "argument --sim-predict: '16,99999999999': OUTPUT_LEN must be an integer from 1 to 10,000,000 "
+            "tokens, got 1e+11",
+        ),
+        (["--sim-trace", ""], "argument --sim-trace: an empty path: name the file to append to"),
+    ],
+)
+def test_the_simulators_own_numbers_are_finite_and_within_a_real_runs_range(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        parser().parse_args(["--model-path", "m", *argv])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"fairbench sim: error: {message}"
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--tp-size", "0"], "--tp-size: must be an integer from 1 to 4,096 GPUs, got 0"),
+        (["--ep-size", "-1"], "--ep-size: must be an integer from 1 to 4,096 GPUs, got -1"),
+        (["--dp-size", "5000"], "--dp-size: must be an integer from 1 to 4,096 GPUs, got 5000"),
+        (
+            ["--max-running-requests", "0"],
+            "--max-running-requests: must be an integer from 1 to 1,000,000 requests, got 0",
+        ),
+        (["--port", "65536"], "--port: must be an integer from 1 to 65,535 (a TCP port), got 65536"),
+        (
+            ["--context-length", "0"],
+            "--context-length: must be an integer from 1 to 10,000,000 tokens, got 0",
+        ),
+        (
+            ["--chunked-prefill-size", "20000000"],
+            "--chunked-prefill-size: must be an integer from 1 to 10,000,000 tokens, got 2e+07 "
+            "(or -1: no chunking)",
+        ),
+        (
+            ["--num-continuous-decode-steps", "100000000"],
+            "--num-continuous-decode-steps: must be an integer from 1 to 10,000,000 decode steps, got 1e+08",
+        ),
+        (
+            ["--decode-log-interval", "0"],
+            "--decode-log-interval: must be an integer from 1 to 10,000,000 decode steps, got 0",
+        ),
+        (
+            ["--max-total-tokens", "-1"],
+            "--max-total-tokens: must be an integer from 1 to 1,000,000,000 tokens, got -1",
+        ),
+        (
+            ["--cuda-graph-bs-decode", "8", "0"],
+            "--cuda-graph-bs-decode: must be an integer from 1 to 1,000,000 requests, got 0",
+        ),
+        (
+            ["--cuda-graph-config", '{"decode": {"max_bs": NaN}}'],
+            "--cuda-graph-config['decode'].max_bs: must be a finite number, got nan",
+        ),
+        (
+            ["--cuda-graph-config", '{"decode": {"bs": 8}}'],
+            "--cuda-graph-config['decode'].bs: must be a list of batch sizes, got 8",
+        ),
+        (
+            ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "0"],
+            "--speculative-num-steps: must be an integer from 1 to 10,000,000 decode steps, got 0",
+        ),
+    ],
+)
+def test_sglang_flags_the_simulator_models_are_refused_outside_a_real_runs_range(
+    flags: list[str], message: str
+) -> None:
+    # SGLang's parser takes these (they are integers), so the refusal comes when they are resolved.
+    parser().parse_args(["--model-path", "m", *flags])
+    with pytest.raises(ConfigError) as error:
+        config(*flags)
+    assert str(error.value) == message
+
+
+def write_profile(tmp_path: Path, name: str, edit: Callable[[str], str]) -> str:
+    path = tmp_path / f"{name}.yaml"
+    generic = resources.files("fairbench.sim").joinpath("profiles", "generic.yaml").read_text()
+    path.write_text(edit(generic))
+    return str(path)
+
+
+def test_a_profile_that_is_not_yaml_is_refused_in_one_line(tmp_path: Path) -> None:
+    path = write_profile(tmp_path, "broken", lambda _: ": : not [yaml\n")
+    with pytest.raises(ConfigError) as error:
+        config("--sim-profile", path)
+    assert str(error.value) == (
+        f"--sim-profile: {path}: not valid YAML: expected <block end>, but found ':' (line 1, column 1)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("pattern", "value", "message"),
+    [
+        (
+            r"t0_ms: [0-9.]+",
+            "t0_ms: .nan",
+            "profile nan-step: layouts.default.t0_s is nan: every number must be finite",
+        ),
+        (
+            r"draft_step_ms: [0-9.]+",
+            "draft_step_ms: .inf",
+            "profile nan-step: draft_step_s is inf: every number must be finite",
+        ),
+        (
+            r"(?m)^context_length: [0-9]+",
+            "context_length: .inf",
+            "{path}: cannot convert float infinity to integer",
+        ),
+    ],
+)
+def test_a_profile_number_that_is_nan_or_infinite_is_refused(
+    tmp_path: Path, pattern: str, value: str, message: str
+) -> None:
+    path = write_profile(tmp_path, "nan-step", lambda text: re.sub(pattern, value, text, count=1))
+    with pytest.raises(ConfigError) as error:
+        config("--sim-profile", path)
+    assert str(error.value) == "--sim-profile: " + message.format(path=path)
+
+
+@pytest.mark.parametrize(
+    ("config_json", "problem"),
+    [
+        (
+            {"max_position_embeddings": 4096, "rope_scaling": {"factor": float("nan")}},
+            "no context length: cannot convert float NaN to integer",
+        ),
+        (
+            {"max_position_embeddings": "4096"},
+            "no context length: can't multiply sequence by non-int of type 'float'",
+        ),
+        (
+            {"max_position_embeddings": -5},
+            "its context length must be an integer from 1 to 10,000,000 tokens, got -5",
+        ),
+    ],
+)
+def test_a_model_directory_whose_context_length_is_no_usable_number_is_refused(
+    tmp_path: Path, config_json: dict[str, Any], problem: str
+) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(config_json))
+    with pytest.raises(ConfigError) as error:
+        resolve(parser().parse_args(["--model-path", str(tmp_path)]))
+    assert str(error.value) == f"--model-path: {tmp_path / 'config.json'}: {problem}"

@@ -7,27 +7,36 @@ accepted. The converters carry the names of SGLang's (``human_readable_int``, ``
 because argparse puts that name into its "invalid ... value" errors.
 
 ``resolve`` turns the parsed flags into a ``SimConfig``: the values the simulator models, resolved the way
-SGLang resolves them, with the profile standing in for what SGLang would derive from GPU memory.
+SGLang resolves them, with the profile standing in for what SGLang would derive from GPU memory. Each value
+it acts on must lie in the range a real run can have (``fairbench.bounds``), so a size of 0 or 10^23 that
+SGLang's parser takes is refused there, naming the flag; the ``--sim-*`` options are checked as parsed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from decimal import Decimal
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
+import yaml
+
+from fairbench import bounds
+from fairbench.bounds import Bound
 from fairbench.sim.checkpoint import Checkpoint, CheckpointError, read_checkpoint
 from fairbench.sim.engine import SchedulerLimits
 from fairbench.sim.faults import FaultSettings, combine_fault_specs, parse_fault_spec
 from fairbench.sim.model import (
     PerformanceModel,
     Profile,
+    ProfileError,
     Speculation,
     layout_key,
     load_profile,
@@ -246,7 +255,7 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--sim-time-scale",
-        type=float,
+        type=_within(bounds.TIME_SCALE),
         default=1.0,
         metavar="FACTOR",
         help="multiply every modelled duration (prefill, decode steps) by FACTOR: 0.1 runs the model ten "
@@ -254,24 +263,28 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--sim-load-seconds",
-        type=float,
+        type=_within(bounds.SIM_DELAY_S),
         default=0.0,
         metavar="S",
         help="model loading time: health endpoints answer 503 and requests wait (default: %(default)s)",
     )
     group.add_argument(
         "--sim-fault",
-        type=parse_fault_spec,
+        type=_fault_spec,
         action="append",
         default=[],
         metavar="NAME=VALUE[,...]",
         help="crash-after=N, hang-after=N, http-500-rate=P, malformed-every=N, slow-start=S (repeatable)",
     )
     group.add_argument(
-        "--sim-seed", type=int, default=0, help="seed of the http-500-rate fault (default: %(default)s)"
+        "--sim-seed",
+        type=_within(bounds.SEED),
+        default=0,
+        help="seed of the http-500-rate fault (default: %(default)s)",
     )
     group.add_argument(
         "--sim-trace",
+        type=_trace_path,
         metavar="PATH",
         help="append one JSON line per finished request with the server's own send times "
         "(time.perf_counter_ns, comparable with a client's on the same host)",
@@ -285,14 +298,58 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _within(bound: Bound) -> Callable[[str], int | float]:
+    """argparse type of a simulator option: a number ``bound`` holds (never NaN or an infinity)."""
+    kind = int if bound.integer else float
+
+    def number(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not {'an integer' if bound.integer else 'a number'}"
+            ) from None
+        if (problem := bound.problem(value)) is not None:
+            raise argparse.ArgumentTypeError(problem)
+        return value
+
+    return number
+
+
 def _length_pair(value: str) -> tuple[int, int]:
     try:
         input_len, output_len = (int(part) for part in value.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"{value!r}: expected INPUT_LEN,OUTPUT_LEN, e.g. 1024,512") from None
-    if input_len < 1 or output_len < 1:
-        raise argparse.ArgumentTypeError(f"{value!r}: lengths must be positive")
+    for name, length in (("INPUT_LEN", input_len), ("OUTPUT_LEN", output_len)):
+        if (problem := bounds.TOKENS.problem(length)) is not None:
+            raise argparse.ArgumentTypeError(f"{value!r}: {name} {problem}")
     return input_len, output_len
+
+
+FAULT_BOUNDS = {
+    "crash-after": bounds.REQUESTS,
+    "hang-after": bounds.REQUESTS,
+    "http-500-rate": bounds.SHARE,
+    "slow-start": bounds.SIM_DELAY_S,
+}
+"""The ranges of the faults' values; ``malformed-every`` counts streamed events, which no bound covers."""
+
+
+def _fault_spec(value: str) -> dict[str, float | int]:
+    """``parse_fault_spec``, whose values must also be finite and within a real run's range."""
+    spec = parse_fault_spec(value)
+    for name, number in spec.items():
+        bound = FAULT_BOUNDS.get(name)
+        if bound is not None and (problem := bound.problem(number)) is not None:
+            raise argparse.ArgumentTypeError(f"{name}: {problem}")
+    return spec
+
+
+def _trace_path(value: str) -> str:
+    if not value:
+        raise argparse.ArgumentTypeError("an empty path: name the file to append to")
+    return value
 
 
 class ConfigError(ValueError):
@@ -331,6 +388,45 @@ class SimConfig:
     launch_command: str
 
 
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def _bounded(args: argparse.Namespace, dest: str, bound: Bound) -> int:
+    """An SGLang flag's value the simulator acts on, refused outside ``bound``: SGLang's parser takes any
+    integer, and the model would otherwise serve a size of 0 or 10^23 as given."""
+    value: int = getattr(args, dest)
+    if (problem := bound.problem(value)) is not None:
+        raise ConfigError(f"{_flag(dest)}: {problem}")
+    return value
+
+
+def _optional(args: argparse.Namespace, dest: str, bound: Bound) -> int | None:
+    """``_bounded`` of a flag whose absence (None) leaves the value to SGLang's resolution."""
+    return None if getattr(args, dest) is None else _bounded(args, dest, bound)
+
+
+def _batch_size(where: str, value: Any) -> int:
+    """A decode CUDA graph batch size, from a flag or from ``--cuda-graph-config``'s JSON (any value)."""
+    if (problem := bounds.RUNNING_REQUESTS.problem(value)) is not None:
+        raise ConfigError(f"{where}: {problem}")
+    return int(value)
+
+
+def _decode_graph_config(config: dict[str, dict[str, Any]] | None) -> dict[str, Any]:
+    """``--cuda-graph-config``'s decode settings, with the batch sizes the model uses checked."""
+    decode = dict((config or {}).get("decode", {}))
+    where = "--cuda-graph-config['decode']"
+    if decode.get("max_bs") is not None:
+        decode["max_bs"] = _batch_size(f"{where}.max_bs", decode["max_bs"])
+    sizes = decode.get("bs")
+    if sizes is not None:
+        if not isinstance(sizes, list):
+            raise ConfigError(f"{where}.bs: must be a list of batch sizes, got {sizes!r}")
+        decode["bs"] = [_batch_size(f"{where}.bs", size) for size in sizes]
+    return decode
+
+
 def _decode_cuda_graph_max_bs(args: argparse.Namespace, profile: Profile) -> int:
     """Largest decode batch run as a CUDA graph, 0 when off, with SGLang's precedence of the switches:
     --disable-cuda-graph < --disable-decode-cuda-graph < --cuda-graph-*-decode < --cuda-graph-config."""
@@ -340,26 +436,28 @@ def _decode_cuda_graph_max_bs(args: argparse.Namespace, profile: Profile) -> int
     if args.cuda_graph_backend_decode is not None:
         decode["backend"] = args.cuda_graph_backend_decode
     if args.cuda_graph_max_bs_decode is not None:
-        decode["max_bs"] = args.cuda_graph_max_bs_decode
+        decode["max_bs"] = _batch_size("--cuda-graph-max-bs-decode", args.cuda_graph_max_bs_decode)
     if args.cuda_graph_bs_decode is not None:
-        decode["bs"] = args.cuda_graph_bs_decode
-    decode.update((args.cuda_graph_config or {}).get("decode", {}))
+        decode["bs"] = [_batch_size("--cuda-graph-bs-decode", size) for size in args.cuda_graph_bs_decode]
+    decode.update(_decode_graph_config(args.cuda_graph_config))
     if decode["backend"] == "disabled":
         return 0
     if decode["max_bs"] is not None:
         return int(decode["max_bs"])
     if decode["bs"]:
-        return max(int(size) for size in decode["bs"])
+        return int(max(decode["bs"]))
     return profile.cuda_graph_max_bs
 
 
 def _speculation(args: argparse.Namespace, profile: Profile) -> Speculation | None:
     if args.speculative_algorithm is None:
         return None
-    num_steps = args.speculative_num_steps or profile.speculative_num_steps
-    topk = args.speculative_eagle_topk or 1
+    num_steps = _optional(args, "speculative_num_steps", bounds.DECODE_STEPS) or profile.speculative_num_steps
+    topk = _optional(args, "speculative_eagle_topk", bounds.TOKENS) or 1
     # SGLang's default draft-token count for a chain draft (topk 1) is one per step plus the bonus token.
-    num_draft_tokens = args.speculative_num_draft_tokens or (num_steps + 1 if topk == 1 else num_steps * topk)
+    num_draft_tokens = _optional(args, "speculative_num_draft_tokens", bounds.TOKENS) or (
+        num_steps + 1 if topk == 1 else num_steps * topk
+    )
     return Speculation(
         num_steps=num_steps,
         num_draft_tokens=num_draft_tokens,
@@ -367,11 +465,96 @@ def _speculation(args: argparse.Namespace, profile: Profile) -> Speculation | No
     )
 
 
-def _positive(args: argparse.Namespace, dest: str) -> int:
-    value = int(getattr(args, dest))
-    if value < 1:
-        raise ConfigError(f"--{dest.replace('_', '-')}: must be at least 1, got {value}")
-    return value
+def _profile_error(path: str, exc: Exception) -> str:
+    """The profile's error in one line, naming the file: YAML's own message spans several lines, quoting
+    the one at fault, and a whole number that is NaN or an infinity fails in its conversion to int."""
+    cause = exc.__cause__
+    if isinstance(cause, yaml.MarkedYAMLError) and cause.problem_mark is not None:
+        mark = cause.problem_mark
+        return f"{path}: not valid YAML: {cause.problem} (line {mark.line + 1}, column {mark.column + 1})"
+    if isinstance(exc, ProfileError):
+        return " ".join(str(exc).split())
+    return f"{path}: {getattr(exc, 'strerror', None) or exc}"
+
+
+def _non_finite(profile: Profile) -> str | None:
+    """The first of the profile's numbers that is NaN or an infinity (YAML's .nan, .inf), by field."""
+    numbers = [(field.name, getattr(profile, field.name)) for field in fields(profile)]
+    for key, cost in profile.layouts.items():
+        numbers += [(f"layouts.{key}.{field.name}", getattr(cost, field.name)) for field in fields(cost)]
+    for name, value in numbers:
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"{name} is {value}: every number must be finite"
+    return None
+
+
+def _profile(args: argparse.Namespace) -> tuple[Profile, PerformanceModel]:
+    tp_size = _bounded(args, "tp_size", bounds.GPUS)
+    ep_size = _bounded(args, "ep_size", bounds.GPUS)
+    try:
+        profile = load_profile(args.sim_profile)
+        layout, cost = profile.layout(layout_key(tp_size, ep_size, args.enable_eplb))
+    except (OSError, ValueError, OverflowError) as exc:
+        raise ConfigError(f"--sim-profile: {_profile_error(args.sim_profile, exc)}") from None
+    if (problem := _non_finite(profile)) is not None:
+        raise ConfigError(f"--sim-profile: profile {profile.name}: {problem}")
+    model = PerformanceModel(
+        layout=layout,
+        cost=cost,
+        cuda_graph_max_bs=_decode_cuda_graph_max_bs(args, profile),
+        eager_extra_s=profile.eager_extra_s,
+        speculation=_speculation(args, profile),
+        draft_step_s=profile.draft_step_s,
+        verify_token_cost=profile.verify_token_cost,
+    )
+    return profile, model
+
+
+def _chunked_prefill_size(args: argparse.Namespace, profile: Profile) -> int:
+    """``--chunked-prefill-size``, of which SGLang reads 0 or less as no chunking."""
+    size: int | None = args.chunked_prefill_size
+    if size is None:
+        return profile.chunked_prefill_size
+    if size > 0 and (problem := bounds.TOKENS.problem(size)) is not None:
+        raise ConfigError(f"--chunked-prefill-size: {problem} (or -1: no chunking)")
+    return size
+
+
+def _limits(args: argparse.Namespace, profile: Profile, dp_size: int) -> tuple[SchedulerLimits, int]:
+    """One data-parallel rank's scheduler limits, and the running-request limit over all ranks."""
+    max_running = (
+        _optional(args, "max_running_requests", bounds.RUNNING_REQUESTS) or profile.max_running_requests
+    )
+    limits = SchedulerLimits(
+        # SGLang splits the running-request limit across data-parallel ranks.
+        max_running_requests=max(1, max_running // dp_size),
+        chunked_prefill_size=_chunked_prefill_size(args, profile),
+        decode_steps_per_round=_bounded(args, "num_continuous_decode_steps", bounds.DECODE_STEPS),
+        stream_interval=_bounded(args, "stream_interval", bounds.TOKENS),
+    )
+    return limits, max_running
+
+
+def _checkpoint(model_path: str) -> Checkpoint:
+    try:
+        return read_checkpoint(model_path)
+    except CheckpointError as exc:
+        raise ConfigError(f"--model-path: {exc}") from None
+    except (TypeError, ValueError, OverflowError) as exc:  # a length key holding a string, NaN, an infinity
+        raise ConfigError(
+            f"--model-path: {Path(model_path) / 'config.json'}: no context length: {exc}"
+        ) from None
+
+
+def _context_length(args: argparse.Namespace, checkpoint: Checkpoint, profile: Profile) -> int:
+    if args.context_length is not None:
+        return _bounded(args, "context_length", bounds.TOKENS)
+    if checkpoint.context_length is None:
+        return profile.context_length
+    if (problem := bounds.TOKENS.problem(checkpoint.context_length)) is not None:
+        config_json = Path(args.model_path) / "config.json"
+        raise ConfigError(f"--model-path: {config_json}: its context length {problem}")
+    return checkpoint.context_length
 
 
 def resolve(args: argparse.Namespace) -> SimConfig:
@@ -380,40 +563,14 @@ def resolve(args: argparse.Namespace) -> SimConfig:
         raise ConfigError(
             "--config: the simulator does not read SGLang config files; spell the flags on the command line"
         )
-    if args.sim_time_scale <= 0:
-        raise ConfigError(f"--sim-time-scale: must be positive, got {args.sim_time_scale}")
-    try:
-        profile = load_profile(args.sim_profile)
-        layout, cost = profile.layout(layout_key(args.tp_size, args.ep_size, args.enable_eplb))
-    except ValueError as exc:
-        raise ConfigError(f"--sim-profile: {exc}") from None
-    dp_size = _positive(args, "dp_size")
-    speculation = _speculation(args, profile)
-    model = PerformanceModel(
-        layout=layout,
-        cost=cost,
-        cuda_graph_max_bs=_decode_cuda_graph_max_bs(args, profile),
-        eager_extra_s=profile.eager_extra_s,
-        speculation=speculation,
-        draft_step_s=profile.draft_step_s,
-        verify_token_cost=profile.verify_token_cost,
-    )
-    max_running = args.max_running_requests or profile.max_running_requests
-    limits = SchedulerLimits(
-        # SGLang splits the running-request limit across data-parallel ranks.
-        max_running_requests=max(1, max_running // dp_size),
-        chunked_prefill_size=profile.chunked_prefill_size
-        if args.chunked_prefill_size is None
-        else args.chunked_prefill_size,
-        decode_steps_per_round=_positive(args, "num_continuous_decode_steps"),
-        stream_interval=_positive(args, "stream_interval"),
-    )
-    try:
-        checkpoint = read_checkpoint(args.model_path)
-    except CheckpointError as exc:
-        raise ConfigError(f"--model-path: {exc}") from None
+    profile, model = _profile(args)
+    dp_size = _bounded(args, "dp_size", bounds.GPUS)
+    limits, max_running = _limits(args, profile, dp_size)
+    # The server sizes its prefix cache and reports its KV pool from it (through effective_args).
+    _optional(args, "max_total_tokens", bounds.KV_TOKENS)
+    checkpoint = _checkpoint(args.model_path)
     served_model_name = args.served_model_name or args.model_path
-    context_length = args.context_length or checkpoint.context_length or profile.context_length
+    context_length = _context_length(args, checkpoint, profile)
     # SGLang reports context_length as given (null without the flag); the length it resolved shows in
     # /v1/models' max_model_len and in max_req_input_len.
     resolved = {
@@ -422,6 +579,7 @@ def resolve(args: argparse.Namespace) -> SimConfig:
         "max_running_requests": max_running,
         "chunked_prefill_size": limits.chunked_prefill_size,
     }
+    speculation = model.speculation
     if speculation is not None:
         resolved.update(
             speculative_num_steps=speculation.num_steps,
@@ -435,11 +593,11 @@ def resolve(args: argparse.Namespace) -> SimConfig:
         model=model,
         limits=limits,
         dp_size=dp_size,
-        decode_log_interval=_positive(args, "decode_log_interval"),
+        decode_log_interval=_bounded(args, "decode_log_interval", bounds.DECODE_STEPS),
         model_path=args.model_path,
         served_model_name=served_model_name,
         host=args.host,
-        port=args.port,
+        port=_bounded(args, "port", bounds.PORT),
         api_key=args.api_key,
         admin_api_key=args.admin_api_key,
         context_length=context_length,

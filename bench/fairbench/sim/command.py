@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 
 from fairbench.cli import UsageError
-from fairbench.sim.args import ConfigError, add_sglang_arguments, add_sim_arguments, resolve
+from fairbench.sim.args import ConfigError, SimConfig, add_sglang_arguments, add_sim_arguments, resolve
 from fairbench.sim.predict import format_sweep, predict_sweep
 from fairbench.sim.server import serve_forever
 
@@ -25,4 +26,23 @@ def run(args: argparse.Namespace) -> int:
         input_len, output_len = config.predict
         print(format_sweep(config, input_len, output_len, predict_sweep(config, input_len, output_len)))
         return 0
-    return asyncio.run(serve_forever(config))
+    return _serve(config)
+
+
+def _serve(config: SimConfig) -> int:
+    runner = asyncio.Runner()
+    try:
+        _build_loop(runner)
+        return runner.run(serve_forever(config))
+    finally:
+        runner.close()
+
+
+def _build_loop(runner: asyncio.Runner) -> None:
+    """The runner's event loop, built with Ctrl-C held back: one in the middle leaves half a loop, whose
+    clean-up then fails with a traceback; held until the loop exists, it interrupts as anywhere else."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        runner.get_loop()
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})

@@ -25,6 +25,7 @@ import json
 import os
 import secrets
 import signal
+import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -577,11 +578,16 @@ def _is_json_media(content_type: str) -> bool:
 async def serve_forever(config: SimConfig) -> int:
     """Listen, load for ``--sim-load-seconds``, serve until SIGINT or SIGTERM; returns the exit status."""
     loop = asyncio.get_running_loop()
-    server = SimServer(config, loop)
+    try:
+        server = SimServer(config, loop)
+    except OSError as exc:  # the trace file is all it opens
+        _start_error(f"--sim-trace: cannot append to {config.trace_path}: {exc.strerror or exc}")
+        return 1
     try:
         listener = await serve(server.handle, config.host, config.port)
     except OSError as exc:
-        print(f"fairbench sim: cannot listen on {config.host}:{config.port}: {exc.strerror}", file=sys.stderr)
+        flags = "--host" if isinstance(exc, socket.gaierror) else "--host/--port"
+        _start_error(f"{flags}: cannot listen on {config.host}:{config.port}: {exc.strerror or exc}")
         return 1
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -598,6 +604,10 @@ async def serve_forever(config: SimConfig) -> int:
     if server.trace is not None:
         server.trace.close()
     return 0
+
+
+def _start_error(message: str) -> None:
+    print(f"fairbench sim: error: {message}", file=sys.stderr)
 
 
 def _announce_loaded(server: SimServer) -> None:

@@ -1,0 +1,96 @@
+"""The ranges a real run can have, for every number a campaign file or a command line takes, and the
+characters no value that reaches a systemd unit may hold.
+
+Each bound is defined once here; the campaign checks and the command-line parsers read the same
+``Bound``, so a value ``fairbench validate`` accepts is one ``fairbench sweep`` accepts too. The limits
+are wide (a real run sits far inside them) but finite: beyond them a value is a typo (``1e23``) that would
+otherwise become a server launched with nonsense, a sweep that never ends, or an allocation that fails.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A closed range ``[low, high]`` and what its values count, for messages."""
+
+    low: int | float
+    high: int | float
+    unit: str
+    """What a value counts (``tokens``, ``seconds``): the message says ``at most 10000000 tokens``."""
+    integer: bool = True
+
+    def problem(self, value: object) -> str | None:
+        """Why ``value`` is outside the bound (or not a number of its kind), or None when it fits."""
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return f"must be {self.describe()}"
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"must be a finite number, got {value}"
+        if self.integer and not isinstance(value, int):
+            return f"must be {self.describe()}, got {value}"
+        if not self.low <= value <= self.high:
+            return f"must be {self.describe()}, got {value:g}"
+        return None
+
+    def describe(self) -> str:
+        kind = "an integer" if self.integer else "a number"
+        return f"{kind} from {_number(self.low)} to {_number(self.high)} {self.unit}"
+
+
+def _number(value: int | float) -> str:
+    return f"{value:,}" if isinstance(value, int) else f"{value:g}"
+
+
+GPUS = Bound(1, 4096, "GPUs")
+"""A parallel size (tp, ep, pp, dp) or a GPU count: the largest multi-node deployments use hundreds."""
+GPU_INDEX = Bound(0, 4095, "(an NVML index)")
+RUNNING_REQUESTS = Bound(1, 1_000_000, "requests")
+"""A server's cap on requests in flight (max-running-requests)."""
+TOKENS = Bound(1, 10_000_000, "tokens")
+"""A prompt or output length: the longest context windows hold 10M tokens."""
+VOCABULARY = Bound(1, 16_777_216, "token ids")
+"""Vocabulary sizes are below 2^18 today; 2^24 leaves room."""
+CONCURRENCY = Bound(1, 100_000, "requests in flight")
+REQUESTS = Bound(0, 10_000_000, "requests")
+"""Prompts or warmup requests at one level, after ``Nx`` is multiplied out."""
+COUNT_FACTOR = Bound(0, 10_000, "times the concurrency", integer=False)
+"""N of an ``Nx`` request count."""
+REPEATS = Bound(1, 1_000, "repeats")
+SEED = Bound(0, 2**32 - 1, "(a 32-bit seed)")
+"""numpy and SGLang's ``random-seed`` take 32-bit seeds."""
+START_TIMEOUT_S = Bound(1, 7 * 24 * 3600, "seconds")
+"""Loading the largest models from a cold disk takes an hour; a week is surely a typo."""
+CONNECT_TIMEOUT_S = Bound(0.001, 3600.0, "seconds", integer=False)
+READ_TIMEOUT_S = Bound(0.001, 86_400.0, "seconds", integer=False)
+SHARE = Bound(0.0, 1.0, "(a share)", integer=False)
+"""A ratio such as ``--range-ratio`` or ``--max-error-rate``."""
+
+UNIT_LINE_ENDS = ("\n", "\r", "\0")
+"""Characters systemd's unit parser ends a line at (NUL included): a value holding one could add a
+directive to the unit it is written into."""
+
+
+def unit_text_problem(text: str) -> str | None:
+    """Why ``text`` may not be written into a systemd unit, or None."""
+    for character in UNIT_LINE_ENDS:
+        if character in text:
+            return f"holds {character!r}, which ends a line in a systemd unit"
+    return None
+
+
+PORT = Bound(1, 65_535, "(a TCP port)")
+TIME_SCALE = Bound(0.0001, 10_000.0, "(a factor)", integer=False)
+"""``fairbench sim --sim-time-scale``: below 0.0001 a decode step is shorter than a timer resolves."""
+SIM_DELAY_S = Bound(0.0, 7 * 24 * 3600.0, "seconds", integer=False)
+"""A wait the simulator plays (model loading, the slow-start fault): at most what a start may take."""
+DECODE_STEPS = Bound(1, 10_000_000, "decode steps")
+"""Decode steps per scheduling round, draft steps, or steps between log lines: a step yields a token."""
+KV_TOKENS = Bound(1, 1_000_000_000, "tokens")
+"""A server's KV cache pool (max-total-tokens): a node of today's largest GPUs holds tens of millions."""
+HIDDEN_SIZE = Bound(1, 131_072, "(a model's hidden size)")
+"""The largest models have hidden sizes of 16,384 to 25,600."""
+COLLECTIVES = Bound(1, 1_000_000, "all-reduces")
+"""``fairbench nccl``'s warmup, timed or graph-captured all-reduces per message size."""
