@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from decimal import Context, Decimal
 
 
 @dataclass(frozen=True)
@@ -32,12 +33,20 @@ class Bound:
         if self.integer and not isinstance(value, int):
             return f"must be {self.describe()}, got {value}"
         if not self.low <= value <= self.high:
-            return f"must be {self.describe()}, got {value:g}"
+            return f"must be {self.describe()}, got {_shown(value)}"
         return None
 
     def describe(self) -> str:
         kind = "an integer" if self.integer else "a number"
         return f"{kind} from {_number(self.low)} to {_number(self.high)} {self.unit}"
+
+
+def _shown(value: int | float) -> str:
+    """A value short enough for a message; a large integer through Decimal, as a float cannot hold one
+    such as 10**400."""
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value) if abs(value) < 10**15 else f"{Decimal(value).normalize(Context(prec=6)):g}"
 
 
 def _number(value: int | float) -> str:

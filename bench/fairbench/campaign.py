@@ -17,6 +17,12 @@ takes values and how many, their type and their choices, as its rendered ``--key
 by ``sglang.launch_server`` and by ``fairbench sim`` alike. SGLang's own parser remains the stronger
 judge (``fairbench validate --sglang-parser``), but this check needs no SGLang install.
 
+The numbers the campaign reads itself (the workload's, ``start_timeout_s``, the parallel sizes and
+``max-running-requests``) are held to their ranges in ``fairbench.bounds``; no number may be NaN or
+infinite, and no value that reaches a systemd unit (names, model, flag values, variables, the campaign's
+own path) may hold a line end. A file beyond ``MAX_CAMPAIGN_BYTES``, ``MAX_CAMPAIGN_NODES`` (aliases
+expanded) or ``MAX_EXPANDED_VALUES`` is refused as no campaign: any input is judged within a second.
+
 Beyond DESIGN.md's example the file accepts:
 
 - ``sim:`` beside ``args:`` and ``env:`` (in ``common`` and in a config): flags of
@@ -39,7 +45,7 @@ import argparse
 import difflib
 import math
 import re
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -47,6 +53,20 @@ from typing import Any, TypeGuard, TypeVar
 
 import yaml
 
+from fairbench.bounds import (
+    CONCURRENCY,
+    COUNT_FACTOR,
+    GPUS,
+    REPEATS,
+    REQUESTS,
+    RUNNING_REQUESTS,
+    SEED,
+    START_TIMEOUT_S,
+    TOKENS,
+    VOCABULARY,
+    Bound,
+    unit_text_problem,
+)
 from fairbench.sim.args import CONVERTERS, VALUED_ACTIONS, flag_table, sglang_version
 
 ENGINES = ("sglang", "sim")
@@ -56,6 +76,15 @@ MIN_PROMPTS_PER_LEVEL = 16
 SECTIONS = ("args", "env", "sim")
 UNIT_NAME_MAX = 255
 """systemd's limit on the length of a unit name."""
+MAX_CAMPAIGN_BYTES = 256 * 1024
+"""Campaign files are a few KB. PyYAML's pure-Python parser reads about 1 MiB a second: this limit leaves
+a hundred times a real campaign's size and keeps any file's answer well under a second."""
+MAX_CAMPAIGN_NODES = 10_000
+"""The shipped campaigns have about a hundred YAML nodes. An alias counts as every node it repeats, so
+aliases of aliases (a "billion laughs") are refused here instead of expanding into billions of values."""
+MAX_EXPANDED_VALUES = 100_000
+"""Every config repeats what it inherits: its flags' values and its variables, summed over the configs, stay
+below this (about a hundred in a shipped campaign), or a small file would take seconds and gigabytes."""
 
 Scalar = str | int | float
 ArgValue = bool | Scalar | tuple[Scalar, ...]
@@ -77,7 +106,8 @@ _WORKLOAD_KEYS = (*_WORKLOAD_REQUIRED, "repeats", "seed", "vocab_size")
 _UNIT_NAME_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _FLAG_NAME = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_TIMES_CONCURRENCY = re.compile(r"([1-9][0-9]*)x")
+_TIMES_CONCURRENCY = re.compile(r"([1-9][0-9]{0,99})x")
+"""``Nx``; N of a hundred digits at most, which ``int`` reads at once (it refuses thousands)."""
 
 # Flags the campaign must not carry: gone from SGLang 0.5.23, ambiguous there, set
 # elsewhere, or aliases (one spelling per flag keeps configs comparable key by key).
@@ -99,7 +129,14 @@ _DEPRECATED_ARGS = {
     "disable-cuda-graph": "deprecated in SGLang 0.5.23: use cuda-graph-backend-decode: disabled "
     "and cuda-graph-backend-prefill: disabled",
 }
-_POSITIVE_INT_ARGS = ("tp-size", "ep-size", "pp-size", "dp-size", "max-running-requests")
+_BOUNDED_ARGS = {
+    "tp-size": GPUS,
+    "ep-size": GPUS,
+    "pp-size": GPUS,
+    "dp-size": GPUS,
+    "max-running-requests": RUNNING_REQUESTS,
+}
+"""SGLang takes any integer for these; the campaign's GPU count and capacity warning read them."""
 _SGLANG_DEFAULTS = {"tp-size": 1, "ep-size": 1}
 # argparse, SGLang's parser, takes a word after a flag that starts with '-' for another flag, unless it
 # reads as a negative number (argparse's own pattern) or holds a space.
@@ -288,21 +325,52 @@ class Campaign:
 def load_campaign(path: str | Path) -> Campaign:
     """Read, check and expand a campaign file; raises ``CampaignError``."""
     source = str(path)
+    _check_source(source)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with Path(path).open("rb") as file:
+            data = file.read(MAX_CAMPAIGN_BYTES + 1)  # no more: a huge file is refused unread
     except OSError as exc:
         raise CampaignError([f"{source}: cannot read: {exc.strerror or exc}"]) from None
+    if len(data) > MAX_CAMPAIGN_BYTES:
+        raise _too_large(source)
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise CampaignError([f"{source}: not UTF-8 text: {exc.reason} at byte {exc.start}"]) from None
-    return parse_campaign(text, source, Path(path).parent)
+    return _parse(text, source, Path(path).parent)
 
 
 def parse_campaign(text: str, source: str, base_dir: Path) -> Campaign:
     """Check and expand campaign YAML; ``source`` starts every message, ``base_dir`` anchors dataset paths."""
+    _check_source(source)
+    return _parse(text, source, base_dir)
+
+
+def _check_source(source: str) -> None:
+    """The serving role writes the campaign's path into each unit's comment: it must be one line of text.
+    The message quotes it, as the path itself would break the message's line."""
+    try:
+        source.encode("utf-8")
+    except UnicodeEncodeError:  # a file name of bytes that are not UTF-8, as Python passes them on
+        problem: str | None = "is not UTF-8 text"
+    else:
+        problem = unit_text_problem(source)
+    if problem is not None:
+        raise CampaignError([f"{source!r}: the campaign's path {problem}"])
+
+
+def _parse(text: str, source: str, base_dir: Path) -> Campaign:
+    # Each character takes at least a byte: only a text that may fit is encoded to be measured.
+    if len(text) > MAX_CAMPAIGN_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_CAMPAIGN_BYTES:
+        raise _too_large(source)
     findings = _Findings(source)
     campaign = _campaign(findings, _parse_yaml(text, source), base_dir)
     findings.raise_errors()
     return campaign
+
+
+def _too_large(source: str) -> CampaignError:
+    return CampaignError([f"{source}: larger than {MAX_CAMPAIGN_BYTES // 1024} KiB: not a campaign file"])
 
 
 def render_flags(flags: Mapping[str, ArgValue]) -> list[str]:
@@ -333,7 +401,7 @@ def gpus_needed(args: Mapping[str, ArgValue]) -> tuple[int, str]:
         return 0, "device cpu"
     replicas = () if args.get("enable-dp-attention") is True else ("dp-size",)
     sizes = {key: args.get(key, 1) for key in ("tp-size", "pp-size", *replicas)}
-    counted = {key: size if _is_int(size) and size > 0 else 1 for key, size in sizes.items()}
+    counted = {key: size if _within(size, GPUS) else 1 for key, size in sizes.items()}
     formula = " x ".join(f"{key} {size}" for key, size in counted.items() if key == "tp-size" or size > 1)
     return math.prod(counted.values()), formula
 
@@ -352,6 +420,7 @@ class _Findings:
         self.source = source
         self.errors: list[str] = []
         self.warnings: list[str] = []
+        self._comparisons_left = _SUGGESTION_COMPARISONS
 
     def error(self, path: str, rule: str) -> None:
         self.errors.append(self._format(path, rule))
@@ -364,7 +433,24 @@ class _Findings:
             raise CampaignError(self.errors)
 
     def _format(self, path: str, rule: str) -> str:
+        if (
+            unit_text_problem(path) is not None
+        ):  # a key holding a line end: quoted, the message stays one line
+            path = repr(path)
         return f"{self.source}: {path}: {rule}" if path else f"{self.source}: {rule}"
+
+    def did_you_mean(self, word: str, choices: Collection[str]) -> str:
+        """The closest choice, as a message's ending; nothing once the comparisons are spent."""
+        if len(choices) > self._comparisons_left:
+            return ""
+        self._comparisons_left -= len(choices)
+        close = difflib.get_close_matches(word, list(choices), n=1)
+        return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+_SUGGESTION_COMPARISONS = 20_000
+"""Comparing a word with a choice takes up to 10 us: dozens of suggestions among SGLang's 550 flags, or
+among every config's name, and a file with thousands of unknown names is still checked in a moment."""
 
 
 def _join(path: str, key: str) -> str:
@@ -388,16 +474,43 @@ def _describe(value: object) -> str:
     return f"a {type(value).__name__} value"
 
 
-def _did_you_mean(word: str, choices: Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
 # --- YAML -----------------------------------------------------------------------------------------
 
 
 class _CampaignLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, where every failure is a YAML error with a line, a repeated key included."""
+    """PyYAML's safe loader, where every failure is a YAML error with a line, a repeated key included, and
+    a document of more than ``MAX_CAMPAIGN_NODES`` nodes, aliases expanded, is one."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._nodes = 0
+        self._expanded_sizes: dict[yaml.Node, int] = {}  # by node, aliases expanded: what an alias adds
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        """Each node counts as it is composed, an alias as every node it repeats."""
+        alias = self.check_event(yaml.AliasEvent)
+        event = self.current_event  # the one check_event peeked at: the node's first
+        start = self._nodes
+        node = super().compose_node(parent, index)  # its children are counted as they are composed
+        if node is None:
+            return None
+        if not alias:
+            self._nodes += 1
+            self._expanded_sizes[node] = self._nodes - start
+        elif node in self._expanded_sizes:
+            self._nodes += self._expanded_sizes[node]
+        else:
+            raise yaml.composer.ComposerError(
+                problem=f"alias {event.anchor!r} inside the node it names: the value would hold itself",
+                problem_mark=event.start_mark,
+            )
+        if self._nodes > MAX_CAMPAIGN_NODES:
+            raise yaml.composer.ComposerError(
+                problem=f"more than {MAX_CAMPAIGN_NODES:,} YAML nodes, an alias counted as every node it "
+                "repeats: not a campaign file",
+                problem_mark=event.start_mark,
+            )
+        return node
 
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         """An explicit tag can fail in Python (``!!int x``, ``!!int`` alone): a YAML error with its line."""
@@ -495,7 +608,7 @@ def _mapping(
     entries = _keyed(findings, path, value)
     for key in [key for key in entries if key not in known]:
         del entries[key]
-        expected = f"expected one of {', '.join(known)}{_did_you_mean(key, known)}"
+        expected = f"expected one of {', '.join(known)}{findings.did_you_mean(key, known)}"
         findings.error(_join(path, key), f"unknown key; {expected}")
     if isinstance(value, dict):
         for key in required:
@@ -504,25 +617,58 @@ def _mapping(
     return _Fields(findings, path, entries)
 
 
-def _positive_int(findings: _Findings, path: str, value: object) -> int:
-    if _is_int(value) and value > 0:
-        return value
-    findings.error(path, f"must be a positive integer, got {_describe(value)}")
-    return 1
+def _within(value: object, bound: Bound) -> TypeGuard[int]:
+    """Whether ``value`` is an integer inside ``bound``."""
+    return _is_int(value) and bound.low <= value <= bound.high
 
 
-def _int(findings: _Findings, path: str, value: object) -> int:
-    if _is_int(value):
-        return value
-    findings.error(path, f"must be an integer, got {_describe(value)}")
-    return 0
+def _bound_problem(bound: Bound, value: object) -> str:
+    """Why ``value`` is outside ``bound``, naming the value even when it is no number."""
+    problem = bound.problem(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    return problem or f"must be {bound.describe()}, got {_describe(value)}"
 
 
-def _string(findings: _Findings, path: str, value: object) -> str:
-    if isinstance(value, str) and value.strip():
-        return value
-    findings.error(path, f"must be a non-empty string, got {_describe(value)}")
-    return ""
+def _bounded(bound: Bound) -> Callable[[_Findings, str, object], int]:
+    """The check of an integer inside ``bound``."""
+
+    def check(findings: _Findings, path: str, value: object) -> int:
+        if _within(value, bound):
+            return value
+        findings.error(path, _bound_problem(bound, value))
+        return int(bound.low)
+
+    return check
+
+
+def _unit_string(findings: _Findings, path: str, value: object) -> str:
+    """A non-empty string that is written into a systemd unit."""
+    text = value if isinstance(value, str) else ""
+    problem = unit_text_problem(text)  # first: a line end is the more specific mistake than blankness
+    if problem is None and not text.strip():
+        problem = f"must be a non-empty string, got {_describe(value)}"
+    if problem is not None:
+        findings.error(path, problem)
+        return ""
+    return text
+
+
+def _finite_problem(number: float, value: object) -> str | None:
+    """Why a value read as ``number`` is refused: NaN and the infinities are no setting of a real run."""
+    return None if math.isfinite(number) else f"must be a finite number, got {_describe(value)}"
+
+
+def _value_problem_in_unit(value: bool | Scalar) -> str | None:
+    """What keeps a flag's or a variable's value out of a systemd unit: a line end, or no finite number."""
+    if isinstance(value, float):
+        return _finite_problem(value, value)
+    return unit_text_problem(value) if isinstance(value, str) else None
+
+
+def _fits_a_unit(findings: _Findings, path: str, value: bool | Scalar) -> bool:
+    problem = _value_problem_in_unit(value)
+    if problem is not None:
+        findings.error(path, problem)
+    return problem is None
 
 
 def _one_of(choices: Sequence[object], value: object) -> str:
@@ -542,6 +688,10 @@ def _choice(choices: Sequence[str]) -> Callable[[_Findings, str, object], str]:
 def _unit_name_part(findings: _Findings, path: str, value: object) -> str:
     if isinstance(value, str) and _UNIT_NAME_PART.fullmatch(value):
         return value
+    problem = unit_text_problem(value) if isinstance(value, str) else None
+    if problem is not None:  # the more specific rule
+        findings.error(path, problem)
+        return "invalid"
     findings.error(
         path,
         f"{_describe(value)} is not a valid systemd unit name part: use letters, digits, '-', '_' and '.', "
@@ -563,9 +713,12 @@ def _flags(findings: _Findings, path: str, value: object) -> dict[str, ArgValue]
                 key_path, "is not a flag as on the command line: lowercase words joined by '-', no '--'"
             )
         elif isinstance(item, bool) or _is_scalar(item):
-            flags[key] = item
+            if _fits_a_unit(findings, key_path, item):
+                flags[key] = item
         elif isinstance(item, list) and item and all(_is_scalar(element) for element in item):
-            flags[key] = tuple(item)
+            fits = [_fits_a_unit(findings, f"{key_path}[{i}]", element) for i, element in enumerate(item)]
+            if all(fits):
+                flags[key] = tuple(item)
         else:
             findings.error(
                 key_path,
@@ -588,8 +741,8 @@ def _sglang_args(findings: _Findings, path: str, value: object) -> dict[str, Arg
             findings.warn(key_path, _DEPRECATED_ARGS[key])
         if key in _REJECTED_ARGS:
             findings.error(key_path, _REJECTED_ARGS[key])
-        elif key in _POSITIVE_INT_ARGS and not (_is_int(item) and item > 0):
-            findings.error(key_path, f"must be a positive integer, got {_describe(item)}")
+        elif key in _BOUNDED_ARGS and not _within(item, _BOUNDED_ARGS[key]):
+            findings.error(key_path, _bound_problem(_BOUNDED_ARGS[key], item))
         else:
             _check_sglang_flag(findings, key_path, key, item)
     return args
@@ -606,12 +759,18 @@ def _sglang_flags() -> dict[str, dict[str, Any]]:
     }
 
 
+@cache
+def _suggested_flags() -> tuple[str, ...]:
+    """The flags an unknown one may be taken for: never one the campaign rejects."""
+    return tuple(flag for flag in _sglang_flags() if flag not in _REJECTED_ARGS)
+
+
 def _check_sglang_flag(findings: _Findings, path: str, key: str, value: ArgValue) -> None:
     """``--key value`` as rendered, judged the way SGLang's parser would judge it."""
     option = _sglang_flags().get(key)
     if option is None:
-        known = [flag for flag in _sglang_flags() if flag not in _REJECTED_ARGS]
-        findings.error(path, f"unknown SGLang {sglang_version()} flag{_did_you_mean(key, known)}")
+        suggestion = findings.did_you_mean(key, _suggested_flags())
+        findings.error(path, f"unknown SGLang {sglang_version()} flag{suggestion}")
     elif option["action"] not in VALUED_ACTIONS:
         if not isinstance(value, bool):
             findings.error(path, f"must be true or false, got {_describe(value)}")
@@ -656,6 +815,8 @@ def _value_problem(option: Mapping[str, Any], value: Scalar) -> str | None:
         return str(exc)
     except (TypeError, ValueError):
         return f"must be {_VALUE_KINDS.get(kind, f'a {kind} value')}, got {_describe(value)}"
+    if isinstance(converted, float) and (problem := _finite_problem(converted, value)) is not None:
+        return problem
     choices = option["choices"]
     if choices is not None and converted not in choices:
         return _one_of(choices, value)
@@ -670,7 +831,8 @@ def _env(findings: _Findings, path: str, value: object) -> dict[str, str]:
         if not _ENV_NAME.fullmatch(key):
             findings.error(key_path, "is not an environment variable name: letters, digits and '_'")
         elif _is_scalar(item):
-            env[key] = str(item)
+            if _fits_a_unit(findings, key_path, item):
+                env[key] = str(item)
         else:
             findings.error(
                 key_path,
@@ -696,14 +858,14 @@ def _key_list(findings: _Findings, path: str, value: object) -> tuple[str, ...]:
     if not isinstance(value, list):
         findings.error(path, f"must be a list of keys, got {_describe(value)}")
         return ()
-    keys: list[str] = []
+    keys: dict[str, None] = {}  # ordered, and a repeat is found at once
     for index, item in enumerate(value):
         if not isinstance(item, str):
             findings.error(f"{path}[{index}]", f"must be a key, got {_describe(item)}")
         elif item in keys:
             findings.error(f"{path}[{index}]", f"{item!r} is listed twice")
         else:
-            keys.append(item)
+            keys[item] = None
     return tuple(keys)
 
 
@@ -757,29 +919,41 @@ def _layers(findings: _Findings, path: str, value: object) -> dict[str, _Layer]:
 
 
 def _extends_chains(findings: _Findings, layers: Mapping[str, _Layer]) -> dict[str, tuple[str, ...]]:
-    """Each config's chain, root first and itself last; configs on or behind a broken chain are left out."""
+    """Each config's chain, root first and itself last, in the file's order; configs on or behind a broken
+    chain are left out. A walk stops at a config already walked: a long chain costs its length once."""
     for name, layer in layers.items():
         if layer.extends is not None and layer.extends not in layers:
             findings.error(
                 f"configs.{name}.extends",
-                f"unknown config {layer.extends!r}{_did_you_mean(layer.extends, layers)}",
+                f"unknown config {layer.extends!r}{findings.did_you_mean(layer.extends, layers)}",
             )
     chains: dict[str, tuple[str, ...]] = {}
-    reported_cycles: set[frozenset[str]] = set()
+    broken: set[str] = set()
     for name in layers:
-        chain = [name]
+        walked = [name]
+        on_walk = {name}
         parent = layers[name].extends
-        while parent is not None and parent in layers and parent not in chain:
-            chain.append(parent)
+        while (
+            parent is not None
+            and parent in layers
+            and parent not in on_walk
+            and parent not in chains
+            and parent not in broken
+        ):
+            walked.append(parent)
+            on_walk.add(parent)
             parent = layers[parent].extends
-        if parent in chain:
-            cycle = chain[chain.index(parent) :]
-            if frozenset(cycle) not in reported_cycles:
-                reported_cycles.add(frozenset(cycle))
-                findings.error(f"configs.{cycle[-1]}.extends", f"cycle: {' -> '.join([*cycle, parent])}")
-        elif parent is None:
-            chains[name] = tuple(reversed(chain))
-    return chains
+        if parent is None or parent in chains:
+            chain = () if parent is None else chains[parent]
+            for config in reversed(walked):
+                chain = (*chain, config)
+                chains[config] = chain
+            continue
+        if parent in on_walk:  # a cycle, found once: later walks stop at its broken configs
+            cycle = walked[walked.index(parent) :]
+            findings.error(f"configs.{cycle[-1]}.extends", f"cycle: {' -> '.join([*cycle, parent])}")
+        broken.update(walked)
+    return {name: chains[name] for name in layers if name in chains}
 
 
 def _without_unset(
@@ -810,15 +984,33 @@ def _apply(findings: _Findings, path: str, inherited: Settings, layer: _Layer) -
 def _effective_settings(
     findings: _Findings, common: Settings, layers: Mapping[str, _Layer], chains: Mapping[str, tuple[str, ...]]
 ) -> dict[str, Settings]:
-    """Each config's settings: common, then every config of its chain; each layer's unset checked once."""
+    """Each config's settings: common, then every config of its chain; each layer's unset checked once.
+    None at all once they hold more than ``MAX_EXPANDED_VALUES`` values (reported)."""
     effective: dict[str, Settings] = {}
+    values = 0
     for chain in chains.values():
-        for name in chain:
-            if name not in effective:
-                parent = layers[name].extends
-                inherited = common if parent is None else effective[parent]
-                effective[name] = _apply(findings, f"configs.{name}", inherited, layers[name])
+        done = len(chain)  # the configs before ``done`` are expanded already
+        while done and chain[done - 1] not in effective:
+            done -= 1
+        for name in chain[done:]:
+            parent = layers[name].extends
+            inherited = common if parent is None else effective[parent]
+            effective[name] = _apply(findings, f"configs.{name}", inherited, layers[name])
+            values += _value_count(effective[name])
+            if values > MAX_EXPANDED_VALUES:
+                findings.error(
+                    "configs",
+                    f"more than {MAX_EXPANDED_VALUES:,} flag values and variables once each config "
+                    "repeats what it inherits: not a campaign file",
+                )
+                return {}
     return {name: effective[name] for name in chains}
+
+
+def _value_count(settings: Settings) -> int:
+    """The words a config's flags and variables take on its command line and in its environment."""
+    flags = [*settings.args.values(), *settings.sim.values()]
+    return len(settings.env) + sum(len(value) if isinstance(value, tuple) else 1 for value in flags)
 
 
 def _differences(common: Mapping[str, V], effective: Mapping[str, V]) -> dict[str, V]:
@@ -879,11 +1071,11 @@ def _parallelism_problems(args: Mapping[str, ArgValue]) -> list[_Problem]:
     ep_size = args.get("ep-size", _SGLANG_DEFAULTS["ep-size"])
     default_note = "" if "tp-size" in args else " (SGLang's default)"
     problems = []
-    if _is_int(tp_size) and _is_int(ep_size) and tp_size > 0 and ep_size > 0 and tp_size % ep_size:
+    if _within(tp_size, GPUS) and _within(ep_size, GPUS) and tp_size % ep_size:
         problems.append(
             _Problem("args.ep-size", f"{ep_size} does not divide tp-size {tp_size}{default_note}")
         )
-    if args.get("enable-eplb") is True and _is_int(ep_size) and ep_size <= 1:
+    if args.get("enable-eplb") is True and _within(ep_size, GPUS) and ep_size <= 1:
         problems.append(_Problem("args.enable-eplb", f"needs ep-size > 1, and ep-size is {ep_size}"))
     return problems
 
@@ -918,7 +1110,7 @@ def _report_problems(
     }
     for name, config_problems in problems.items():
         parent = layers[name].extends
-        inherited = problems[parent] if parent is not None else []
+        inherited = set(problems[parent]) if parent is not None else set()
         for problem in config_problems:
             if problem not in inherited:
                 report = findings.warn if problem.warning else findings.error
@@ -938,9 +1130,10 @@ def _warn_concurrency_above_capacity(
 ) -> None:
     """Levels above max-running-requests queue in the server: the client's concurrency is not the server's."""
     configs_by_limit: dict[int, list[str]] = {}
+    largest_level = max(workload.concurrency, default=0)
     for config in configs.values():
         limit = config.args.get("max-running-requests")
-        if _is_int(limit) and any(level > limit for level in workload.concurrency):
+        if _within(limit, RUNNING_REQUESTS) and largest_level > limit:
             configs_by_limit.setdefault(limit, []).append(config.name)
     for limit, names in configs_by_limit.items():
         above = ", ".join(str(level) for level in workload.concurrency if level > limit)
@@ -962,8 +1155,8 @@ def _expand(
     chains = _extends_chains(findings, layers)
     effective = _effective_settings(findings, common, layers, chains)
     configs = {
-        name: _serving_config(campaign, engine, model, common=common, chain=chain, settings=effective[name])
-        for name, chain in chains.items()
+        name: _serving_config(campaign, engine, model, common=common, chain=chains[name], settings=settings)
+        for name, settings in effective.items()
     }
     for name, config in configs.items():
         if len(config.unit) > UNIT_NAME_MAX:
@@ -1003,46 +1196,71 @@ def _concurrency(findings: _Findings, path: str, value: object) -> tuple[int, ..
     if not isinstance(value, list) or not value:
         findings.error(path, f"must be a non-empty list of positive integers, got {_describe(value)}")
         return ()
-    levels: list[int] = []
+    levels: dict[int, None] = {}  # ordered, and a repeat is found at once
     for index, item in enumerate(value):
-        if not (_is_int(item) and item > 0):
-            findings.error(f"{path}[{index}]", f"must be a positive integer, got {_describe(item)}")
+        if not _within(item, CONCURRENCY):
+            findings.error(f"{path}[{index}]", _bound_problem(CONCURRENCY, item))
         elif item in levels:
             findings.error(f"{path}[{index}]", f"{item} is listed twice")
         else:
-            levels.append(item)
+            levels[item] = None
     return tuple(levels)
 
 
-def _level_count(minimum: int) -> Callable[[_Findings, str, object], LevelCount]:
+def _level_count(minimum: int, largest_level: int) -> Callable[[_Findings, str, object], LevelCount]:
+    """Requests per level, at least ``minimum``, as many as ``REQUESTS`` allows at the largest level."""
+
     def check(findings: _Findings, path: str, value: object) -> LevelCount:
-        if _is_int(value) and value >= minimum:
-            return LevelCount(value, times_concurrency=False)
         match = _TIMES_CONCURRENCY.fullmatch(value) if isinstance(value, str) else None
-        if match:
-            return LevelCount(int(match[1]), times_concurrency=True)
-        findings.error(
-            path, f"must be an integer >= {minimum} or Nx (N times the concurrency), got {_describe(value)}"
-        )
-        return LevelCount(minimum, times_concurrency=False)
+        if _is_int(value) and value >= minimum:
+            count = LevelCount(value, times_concurrency=False)
+        elif match:
+            count = LevelCount(int(match[1]), times_concurrency=True)
+        else:
+            rule = f"must be an integer >= {minimum} or Nx (N times the concurrency)"
+            findings.error(path, f"{rule}, got {_describe(value)}")
+            return LevelCount(minimum, times_concurrency=False)
+        problem = _request_count_problem(count, largest_level)
+        if problem is not None:
+            findings.error(path, problem)
+        return count
 
     return check
+
+
+def _request_count_problem(count: LevelCount, largest_level: int) -> str | None:
+    """Why ``count`` is no real run's: N of ``Nx`` beyond ``COUNT_FACTOR``, or too many requests per level."""
+    if count.times_concurrency and not _within(count.count, COUNT_FACTOR):
+        return f"N of {count.to_json()} {_bound_problem(COUNT_FACTOR, count.count)}"
+    requests = count.at(largest_level)
+    if _within(requests, REQUESTS):
+        return None
+    problem = _bound_problem(REQUESTS, requests)
+    return f"{count.to_json()} at level {largest_level}: {problem}" if count.times_concurrency else problem
 
 
 def _workload(findings: _Findings, path: str, value: object, base_dir: Path) -> Workload:
     fields = _mapping(findings, path, value, _WORKLOAD_KEYS, required=_WORKLOAD_REQUIRED)
     stand_in = _STAND_IN_WORKLOAD
+    api = fields.get("api", _choice(APIS), stand_in.api)
+    dataset = fields.get("dataset", _dataset(base_dir), stand_in.dataset)
+    input_len = fields.get("input_len", _bounded(TOKENS), stand_in.input_len)
+    output_len = fields.get("output_len", _bounded(TOKENS), stand_in.output_len)
+    concurrency = fields.get("concurrency", _concurrency, stand_in.concurrency)
+    largest_level = max(concurrency, default=1)
     return Workload(
-        api=fields.get("api", _choice(APIS), stand_in.api),
-        dataset=fields.get("dataset", _dataset(base_dir), stand_in.dataset),
-        input_len=fields.get("input_len", _positive_int, stand_in.input_len),
-        output_len=fields.get("output_len", _positive_int, stand_in.output_len),
-        concurrency=fields.get("concurrency", _concurrency, stand_in.concurrency),
-        prompts_per_level=fields.get("prompts_per_level", _level_count(1), stand_in.prompts_per_level),
-        warmup=fields.get("warmup", _level_count(0), stand_in.warmup),
-        repeats=fields.get("repeats", _positive_int, stand_in.repeats),
-        seed=fields.get("seed", _int, stand_in.seed),
-        vocab_size=fields.get("vocab_size", _positive_int, stand_in.vocab_size),
+        api=api,
+        dataset=dataset,
+        input_len=input_len,
+        output_len=output_len,
+        concurrency=concurrency,
+        prompts_per_level=fields.get(
+            "prompts_per_level", _level_count(1, largest_level), stand_in.prompts_per_level
+        ),
+        warmup=fields.get("warmup", _level_count(0, largest_level), stand_in.warmup),
+        repeats=fields.get("repeats", _bounded(REPEATS), stand_in.repeats),
+        seed=fields.get("seed", _bounded(SEED), stand_in.seed),
+        vocab_size=fields.get("vocab_size", _bounded(VOCABULARY), stand_in.vocab_size),
     )
 
 
@@ -1077,11 +1295,11 @@ def _campaign(findings: _Findings, document: object, base_dir: Path) -> Campaign
     top = _mapping(findings, "", document, _TOP_KEYS, required=_TOP_REQUIRED)
     name = top.get("name", _unit_name_part, "invalid")
     engine = top.get("engine", _choice(ENGINES), ENGINES[0])
-    model = top.get("model", _string, "")
+    model = top.get("model", _unit_string, "")
     common = top.get("common", _common, Settings({}, {}, {}))
     layers: dict[str, _Layer] = top.get("configs", _layers, {})
     workload = top.get("workload", lambda f, p, v: _workload(f, p, v, base_dir), _STAND_IN_WORKLOAD)
-    start_timeout_s = top.get("start_timeout_s", _positive_int, None)
+    start_timeout_s = top.get("start_timeout_s", _bounded(START_TIMEOUT_S), None)
     configs = _expand(findings, name, engine, model, common=common, layers=layers)
     _warn_concurrency_above_capacity(findings, workload, configs)
     _warn_levels_without_their_concurrency(findings, workload)

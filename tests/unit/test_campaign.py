@@ -111,7 +111,7 @@ RULES = [
     ),
     pytest.param(
         changed(("configs.tp8.args.tp-size", "8")),
-        "configs.tp8.args.tp-size: must be a positive integer, got '8'",
+        "configs.tp8.args.tp-size: must be an integer from 1 to 4,096 GPUs, got '8'",
         id="tp-size-type",
     ),
     pytest.param(
@@ -182,12 +182,12 @@ RULES = [
     ),
     pytest.param(
         changed(("workload.input_len", 0)),
-        "workload.input_len: must be a positive integer, got 0",
+        "workload.input_len: must be an integer from 1 to 10,000,000 tokens, got 0",
         id="input-len-positive",
     ),
     pytest.param(
         changed(("workload.output_len", 1.5)),
-        "workload.output_len: must be a positive integer, got 1.5",
+        "workload.output_len: must be an integer from 1 to 10,000,000 tokens, got 1.5",
         id="output-len-integer",
     ),
     pytest.param(
@@ -202,12 +202,12 @@ RULES = [
     ),
     pytest.param(
         changed(("workload.concurrency", [1, 0])),
-        "workload.concurrency[1]: must be a positive integer, got 0",
+        "workload.concurrency[1]: must be an integer from 1 to 100,000 requests in flight, got 0",
         id="concurrency-positive",
     ),
     pytest.param(
         changed(("workload.concurrency", [1, True])),
-        "workload.concurrency[1]: must be a positive integer, got true",
+        "workload.concurrency[1]: must be an integer from 1 to 100,000 requests in flight, got true",
         id="concurrency-not-boolean",
     ),
     pytest.param(
@@ -236,11 +236,19 @@ RULES = [
         id="warmup-count",
     ),
     pytest.param(
-        changed(("workload.repeats", 0)), "workload.repeats: must be a positive integer, got 0", id="repeats"
+        changed(("workload.repeats", 0)),
+        "workload.repeats: must be an integer from 1 to 1,000 repeats, got 0",
+        id="repeats",
     ),
-    pytest.param(changed(("workload.seed", "1")), "workload.seed: must be an integer, got '1'", id="seed"),
     pytest.param(
-        changed(("start_timeout_s", -5)), "start_timeout_s: must be a positive integer, got -5", id="timeout"
+        changed(("workload.seed", "1")),
+        "workload.seed: must be an integer from 0 to 4,294,967,295 (a 32-bit seed), got '1'",
+        id="seed",
+    ),
+    pytest.param(
+        changed(("start_timeout_s", -5)),
+        "start_timeout_s: must be an integer from 1 to 604,800 seconds, got -5",
+        id="timeout",
     ),
     pytest.param(
         changed(("configs.tp8.args.enable-ep-moe", True)),
@@ -342,6 +350,135 @@ RULES = [
     ),
     pytest.param(changed(("configs", {})), "configs: must name at least one config", id="configs-empty"),
     pytest.param([VALID], "must be a mapping, got a list", id="document-mapping"),
+    # What reaches a systemd unit holds no line end: it could add a directive of its own.
+    pytest.param(
+        changed(("model", "m\nExecStartPre=/bin/evil")),
+        "model: holds '\\n', which ends a line in a systemd unit",
+        id="model-newline",
+    ),
+    pytest.param(
+        changed(("name", "k26\n")),
+        "name: holds '\\n', which ends a line in a systemd unit",
+        id="name-newline",
+    ),
+    pytest.param(
+        changed(("configs.tp8\r", {})),
+        "'configs.tp8\\r': holds '\\r', which ends a line in a systemd unit",
+        id="config-name-carriage-return",
+    ),
+    pytest.param(
+        changed(("common.args.served-model-name", "kimi\nExecStartPre=/bin/evil")),
+        "common.args.served-model-name: holds '\\n', which ends a line in a systemd unit",
+        id="arg-newline",
+    ),
+    pytest.param(
+        changed(("common.args.lora-target-modules", ["q_proj", "v_proj\x00"])),
+        "common.args.lora-target-modules[1]: holds '\\x00', which ends a line in a systemd unit",
+        id="arg-list-nul",
+    ),
+    pytest.param(
+        changed(("configs.tp8.sim", {"sim-profile": "kimi\r"})),
+        "configs.tp8.sim.sim-profile: holds '\\r', which ends a line in a systemd unit",
+        id="sim-carriage-return",
+    ),
+    pytest.param(
+        changed(("common.env.NCCL_DEBUG", "WARN\nExecStartPre=/bin/evil")),
+        "common.env.NCCL_DEBUG: holds '\\n', which ends a line in a systemd unit",
+        id="env-newline",
+    ),
+    # Every number within its bound (fairbench.bounds), and finite.
+    pytest.param(
+        changed(("configs.tp8.args.tp-size", 10**23)),
+        "configs.tp8.args.tp-size: must be an integer from 1 to 4,096 GPUs, got 1e+23",
+        id="tp-size-int-1e23",
+    ),
+    pytest.param(
+        changed(("configs.tp8.args.tp-size", 1e23)),
+        "configs.tp8.args.tp-size: must be an integer from 1 to 4,096 GPUs, got 1e+23",
+        id="tp-size-float-1e23",
+    ),
+    pytest.param(
+        changed(("configs.ep4.args.ep-size", 8192)),
+        "configs.ep4.args.ep-size: must be an integer from 1 to 4,096 GPUs, got 8192",
+        id="ep-size-bound",
+    ),
+    pytest.param(
+        changed(("common.args.max-running-requests", 10**7)),
+        "common.args.max-running-requests: must be an integer from 1 to 1,000,000 requests, got 10000000",
+        id="max-running-requests-bound",
+    ),
+    pytest.param(
+        changed(("workload.input_len", 10**27)),
+        "workload.input_len: must be an integer from 1 to 10,000,000 tokens, got 1e+27",
+        id="input-len-1e27",
+    ),
+    pytest.param(
+        changed(("workload.input_len", 10**400)),
+        "workload.input_len: must be an integer from 1 to 10,000,000 tokens, got 1e+400",
+        id="input-len-beyond-a-float",
+    ),
+    pytest.param(
+        changed(("workload.output_len", float("nan"))),
+        "workload.output_len: must be a finite number, got nan",
+        id="output-len-nan",
+    ),
+    pytest.param(
+        changed(("workload.seed", 10**29)),
+        "workload.seed: must be an integer from 0 to 4,294,967,295 (a 32-bit seed), got 1e+29",
+        id="seed-1e29",
+    ),
+    pytest.param(
+        changed(("workload.seed", -1)),
+        "workload.seed: must be an integer from 0 to 4,294,967,295 (a 32-bit seed), got -1",
+        id="seed-negative",
+    ),
+    pytest.param(
+        changed(("workload.concurrency", [1, 10**20])),
+        "workload.concurrency[1]: must be an integer from 1 to 100,000 requests in flight, got 1e+20",
+        id="concurrency-1e20",
+    ),
+    pytest.param(
+        changed(("workload.concurrency", [1, float("inf")])),
+        "workload.concurrency[1]: must be a finite number, got inf",
+        id="concurrency-infinity",
+    ),
+    pytest.param(
+        changed(("workload.repeats", 1001)),
+        "workload.repeats: must be an integer from 1 to 1,000 repeats, got 1001",
+        id="repeats-bound",
+    ),
+    pytest.param(
+        changed(("workload.vocab_size", 2**24 + 1)),
+        "workload.vocab_size: must be an integer from 1 to 16,777,216 token ids, got 16777217",
+        id="vocab-size-bound",
+    ),
+    pytest.param(
+        changed(("start_timeout_s", 10**9)),
+        "start_timeout_s: must be an integer from 1 to 604,800 seconds, got 1000000000",
+        id="start-timeout-bound",
+    ),
+    pytest.param(
+        changed(("workload.prompts_per_level", 10**8)),
+        "workload.prompts_per_level: must be an integer from 0 to 10,000,000 requests, got 100000000",
+        id="prompts-bound",
+    ),
+    pytest.param(
+        changed(("workload.prompts_per_level", "10001x")),
+        "workload.prompts_per_level: N of 10001x must be a number from 0 to 10,000 times the concurrency, "
+        "got 10001",
+        id="prompts-factor-bound",
+    ),
+    pytest.param(
+        changed(("workload.warmup", "1000x"), ("workload.concurrency", [1, 100_000])),
+        "workload.warmup: 1000x at level 100000: must be an integer from 0 to 10,000,000 requests, "
+        "got 100000000",
+        id="warmup-at-the-largest-level",
+    ),
+    pytest.param(
+        changed(("workload.warmup", "1" * 5000 + "x")),
+        f"workload.warmup: must be an integer >= 0 or Nx (N times the concurrency), got '{'1' * 37}...'",
+        id="warmup-factor-of-thousands-of-digits",
+    ),
 ]
 
 
@@ -359,7 +496,7 @@ def test_several_errors_are_reported_together() -> None:
     )
     assert errors_of(document) == [
         f"{SOURCE}: engine: must be one of sglang, sim, got 'vllm'",
-        f"{SOURCE}: workload.concurrency[1]: must be a positive integer, got -1",
+        f"{SOURCE}: workload.concurrency[1]: must be an integer from 1 to 100,000 requests in flight, got -1",
         f"{SOURCE}: configs.tp8.extends: unknown config 'nope'",
         f"{SOURCE}: configs.ep4.args.ep-size: 3 does not divide tp-size 8",
     ]
@@ -679,8 +816,8 @@ def test_the_gpus_of_a_config_count_what_it_inherits() -> None:
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
-        ("pp-size", 0, "must be a positive integer, got 0"),
-        ("dp-size", "2", "must be a positive integer, got '2'"),
+        ("pp-size", 0, "must be an integer from 1 to 4,096 GPUs, got 0"),
+        ("dp-size", "2", "must be an integer from 1 to 4,096 GPUs, got '2'"),
         ("enable-dp-attention", "yes", "must be true or false, got 'yes'"),
         ("pipeline-parallel-size", 2, "an alias: spell it pp-size"),
         ("data-parallel-size", 2, "an alias: spell it dp-size"),
@@ -696,7 +833,9 @@ def test_a_workload_round_trips_through_json() -> None:
     assert Workload.from_json(workload.to_json(), "sweep") == workload
     with pytest.raises(CampaignError) as caught:
         Workload.from_json({**workload.to_json(), "repeats": 0}, "sweep")
-    assert caught.value.messages == ["sweep: workload.repeats: must be a positive integer, got 0"]
+    assert caught.value.messages == [
+        "sweep: workload.repeats: must be an integer from 1 to 1,000 repeats, got 0"
+    ]
 
 
 def test_request_counts_per_level() -> None:

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import copy
+import math
 import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fairbench import bounds
+from fairbench.bounds import UNIT_LINE_ENDS, Bound, unit_text_problem
 from fairbench.campaign import Campaign, CampaignError, parse_campaign
 
 SOURCE = "campaigns/fuzz.yml"
@@ -262,3 +266,129 @@ def test_extends_graphs(parent_indexes: list[int | None]) -> None:
     else:
         assert isinstance(result, Campaign)
         assert list(result.configs) == names
+
+
+# What reaches a systemd unit (templates/sglang.service.j2): each such field, holding a line end anywhere.
+UNIT_FIELDS: dict[tuple[Any, ...], str] = {
+    ("name",): "name",
+    ("model",): "model",
+    ("common", "args", "served-model-name"): "common.args.served-model-name",
+    ("common", "args", "cuda-graph-bs-decode", 1): "common.args.cuda-graph-bs-decode[1]",
+    ("common", "env", "NCCL_DEBUG"): "common.env.NCCL_DEBUG",
+    ("configs", "tp8-nccl", "env", "NCCL_PROTO"): "configs.tp8-nccl.env.NCCL_PROTO",
+    ("common", "sim", "sim-profile"): "common.sim.sim-profile",
+    ("configs", "tp8", "sim", "sim-profile"): "configs.tp8.sim.sim-profile",
+}
+with_a_line_end = st.tuples(st.text(max_size=6), st.sampled_from(UNIT_LINE_ENDS), st.text(max_size=6)).map(
+    "".join
+)
+
+
+def set_at(document: Any, path: tuple[Any, ...], value: object) -> None:
+    node = document
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = value
+
+
+def assert_refused_at(result: Campaign | CampaignError, path: str, rule: str) -> None:
+    assert isinstance(result, CampaignError)
+    assert_named_after_the_file(result)
+    assert any(message.startswith(f"{SOURCE}: {path}: {rule}") for message in result.messages), result
+
+
+@FAST
+@given(st.sampled_from(list(UNIT_FIELDS)), with_a_line_end)
+def test_a_line_end_in_a_field_of_the_unit(path: tuple[Any, ...], text: str) -> None:
+    document = copy.deepcopy(VALID)
+    set_at(document, path, text)
+    assert_refused_at(outcome(document), UNIT_FIELDS[path], "holds ")
+
+
+@FAST
+@given(with_a_line_end)
+def test_a_line_end_in_a_config_name(name: str) -> None:
+    document = copy.deepcopy(VALID)
+    document["configs"][name] = {}
+    assert_refused_at(outcome(document), repr(f"configs.{name}"), "holds ")
+
+
+@FAST
+@given(with_a_line_end)
+def test_a_line_end_in_the_campaigns_path(source: str) -> None:
+    with pytest.raises(CampaignError) as caught:
+        parse_campaign(yaml.dump(VALID, Dumper=DUMPER), source, Path())
+    assert caught.value.messages == [f"{source!r}: the campaign's path {unit_text_problem(source)}"]
+
+
+# Each number of the campaign with its bound: valid exactly when an integer inside it.
+BOUNDED: dict[tuple[Any, ...], Bound] = {
+    ("start_timeout_s",): bounds.START_TIMEOUT_S,
+    ("workload", "input_len"): bounds.TOKENS,
+    ("workload", "output_len"): bounds.TOKENS,
+    ("workload", "repeats"): bounds.REPEATS,
+    ("workload", "seed"): bounds.SEED,
+    ("workload", "vocab_size"): bounds.VOCABULARY,
+    ("workload", "warmup"): bounds.REQUESTS,
+    ("common", "args", "max-running-requests"): bounds.RUNNING_REQUESTS,
+    ("configs", "tp8", "args", "tp-size"): bounds.GPUS,
+    ("configs", "tp8", "args", "pp-size"): bounds.GPUS,
+    ("configs", "tp8", "args", "dp-size"): bounds.GPUS,
+}
+
+
+def numbers_about(bound: Bound) -> st.SearchStrategy[int | float]:
+    low, high = int(bound.low), int(bound.high)
+    integers = st.integers() | st.integers(low - 3, low + 3) | st.integers(high - 3, high + 3)
+    return integers | st.floats() | st.sampled_from([1e23, 10**23, 10**400])
+
+
+@FAST
+@given(st.data())
+def test_numbers_outside_their_bounds(data: st.DataObject) -> None:
+    path = data.draw(st.sampled_from(sorted(BOUNDED)))
+    bound = BOUNDED[path]
+    value = data.draw(numbers_about(bound))
+    document = copy.deepcopy(VALID)
+    set_at(document, path, value)
+    result = outcome(document)
+    if isinstance(value, int) and bound.low <= value <= bound.high:
+        assert isinstance(result, Campaign)
+    else:
+        assert_refused_at(result, ".".join(path), "must be ")
+
+
+@FAST
+@given(
+    st.sampled_from([1, 16, 100_000]), st.integers(1, 10**6), st.sampled_from(["prompts_per_level", "warmup"])
+)
+def test_request_counts_of_nx_at_the_largest_level(level: int, factor: int, key: str) -> None:
+    document = copy.deepcopy(VALID)
+    document["workload"]["concurrency"] = [level]
+    document["workload"][key] = f"{factor}x"
+    result = outcome(document)
+    if factor <= bounds.COUNT_FACTOR.high and factor * level <= bounds.REQUESTS.high:
+        assert isinstance(result, Campaign)
+    else:
+        assert_refused_at(result, f"workload.{key}", "")
+
+
+# A float where one is taken: valid exactly when finite.
+FLOATS = [
+    ("common", "args", "mem-fraction-static"),
+    ("common", "sim", "sim-time-scale"),
+    ("common", "env", "NCCL_DEBUG"),
+    ("configs", "tp8", "args", "watchdog-timeout"),
+]
+
+
+@FAST
+@given(st.sampled_from(FLOATS), st.floats(min_value=0) | st.sampled_from([math.nan, math.inf, -math.inf]))
+def test_floats_must_be_finite(path: tuple[str, ...], value: float) -> None:
+    document = copy.deepcopy(VALID)
+    set_at(document, path, value)
+    result = outcome(document)
+    if math.isfinite(value):
+        assert isinstance(result, Campaign)
+    else:
+        assert_refused_at(result, ".".join(path), "must be a finite number")
