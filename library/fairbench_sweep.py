@@ -14,6 +14,7 @@ try:
     from fairbench.energy import GpuSelectionError
     from fairbench.results import ResultsError
     from fairbench.vocabulary import VocabularyError
+    from fairbench.workload import WorkloadError
 except ImportError as exc:
     FAIRBENCH_IMPORT_ERROR = (
         f"fairbench is not importable: use fairbench's venv Python (ansible_python_interpreter): {exc}"
@@ -28,6 +29,10 @@ description:
   - Runs on the GPU host with fairbench's venv as its Python (C(ansible_python_interpreter)).
   - Measures every point of the workload that C(out) does not hold yet (resume semantics), writing
     points.jsonl, requests/ and sweep.json there as they complete.
+  - One sweep writes to a directory at a time, whoever started it (this module or C(fairbench sweep)); a
+    second one fails at once, naming the directory.
+  - Stops, failing, once every request of a point failed to connect (the server is gone); the points
+    written until then stay.
   - C(changed) only when new points were written. In check mode it returns the plan and runs nothing.
   - Fails when any point of C(out) has failed requests, so a crashed server is never reported as done.
 options:
@@ -58,6 +63,14 @@ options:
         carry no energy fields; an index NVML does not see fails the task.
     type: list
     elements: int
+  remeasure_failed:
+    description:
+      - Measure again the points of C(out) that completed no request (C(fairbench sweep --resume
+        --remeasure-failed)). The new point supersedes the failed one, whose line stays in points.jsonl
+        and whose request records are kept beside the new ones.
+      - Without it, such a point counts as measured and fails the task again.
+    type: bool
+    default: false
 """
 
 EXAMPLES = r"""
@@ -95,6 +108,7 @@ def main() -> None:
             "model": {"type": "str"},
             "gpus": {"type": "int"},
             "energy_gpus": {"type": "list", "elements": "int"},
+            "remeasure_failed": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -109,15 +123,18 @@ def main() -> None:
         workload, params["url"], model=params["model"], gpus=params["gpus"], energy_gpus=params["energy_gpus"]
     )
     try:
-        outcome = sweep(spec, Path(params["out"]), check=module.check_mode)
-    except (ResultsError, ServerUnreachable, VocabularyError) as exc:
+        outcome = sweep(
+            spec, Path(params["out"]), check=module.check_mode, remeasure_failed=params["remeasure_failed"]
+        )
+    except (ResultsError, ServerUnreachable, VocabularyError, WorkloadError) as exc:
         module.fail_json(msg=str(exc))
     except GpuSelectionError as exc:
         module.fail_json(msg=f"energy_gpus: {exc}")
     result = outcome.to_json()
     changed = bool(outcome.planned if module.check_mode else outcome.written)
-    # --diff shows the points as lines of points.jsonl: those there before, and those measured (or planned).
-    before = [level["point_id"] for level in outcome.levels if level["point_id"] not in outcome.written]
+    # --diff shows the points as lines of points.jsonl: those there before, and those measured (or planned),
+    # appended after them (a point measured again has both lines).
+    before = outcome.existing
     after = before + (outcome.planned if module.check_mode else outcome.written)
     result["diff"] = {
         "before": "".join(f"{point}\n" for point in before),

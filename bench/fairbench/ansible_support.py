@@ -8,7 +8,6 @@ becomes a sweep, when a server counts as healthy or dead, and what a host report
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import json
 import platform
 import subprocess
@@ -24,7 +23,7 @@ from fairbench import __version__
 from fairbench.campaign import Workload
 from fairbench.gpu import GpuFacts, GpuFactsError, collect
 from fairbench.progress import Progress
-from fairbench.results import ResultsDir, ResultsError, point_id
+from fairbench.results import ResultsDir, point_id
 from fairbench.sweep import Sweep, SweepSpec
 from fairbench.workload import WorkloadSpec
 
@@ -94,8 +93,11 @@ def sweep_spec(
 class SweepOutcome:
     """What a sweep call did to a results directory, and what the directory now holds."""
 
+    existing: list[str]
+    """Point ids in the directory when the call began."""
     planned: list[str]
-    """Point ids that were missing when the call began: measured by it, or (check mode) to be measured."""
+    """Point ids to measure when the call began (missing, or failed and to be measured again): measured by
+    it, or (check mode) to be measured."""
     written: list[str]
     """Point ids this call wrote."""
     levels: list[dict[str, Any]]
@@ -112,43 +114,47 @@ class SweepOutcome:
         }
 
 
-def sweep(spec: SweepSpec, out: Path, *, check: bool) -> SweepOutcome:
-    """Measure the points missing from ``out`` (a resume when some exist); with ``check``, only plan them.
+def sweep(spec: SweepSpec, out: Path, *, check: bool, remeasure_failed: bool = False) -> SweepOutcome:
+    """Measure the points missing from ``out`` (a resume when some exist), and with ``remeasure_failed``
+    those that completed no request; with ``check``, only plan them.
 
-    Raises ``ResultsError`` (``out`` holds points of other settings) and ``ServerUnreachable``.
+    Raises ``ResultsError`` (``out`` holds points of other settings, or another sweep writes there) and
+    ``ServerUnreachable``.
     """
     results = ResultsDir(out)
     if check:
         runner = Sweep(spec, results, Progress(sys.stderr, live=False))
-        planned = [point_id(level, repeat) for level, repeat in runner.plan(results.completed_ids())]
-        return _outcome(results, planned, [])
-    out.mkdir(parents=True, exist_ok=True)
-    with (out / SWEEP_LOG).open("a", encoding="utf-8") as log:
-        # One sweep per directory: an interrupted campaign leaves its background sweep running, and a
-        # re-run must not start a second one beside it.
-        try:
-            fcntl.flock(log, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ResultsError(f"{out}: another sweep is still writing here (see {SWEEP_LOG})") from None
+        return _outcome(results, *_plan(runner, remeasure_failed), [])
+    # One sweep per directory: an interrupted campaign leaves its background sweep running, and a re-run
+    # must not start a second one beside it. The lock is the sweep's own, held here from before its log.
+    with results.writer(), (out / SWEEP_LOG).open("a", encoding="utf-8") as log:
         # A previous call's state would read as this call's until its first point starts.
         (out / SWEEP_PROGRESS).unlink(missing_ok=True)
-        before = results.completed_ids()
         runner = Sweep(spec, results, Progress(log, live=False, state_path=out / SWEEP_PROGRESS))
-        planned = [point_id(level, repeat) for level, repeat in runner.plan(before)]
-        written = asyncio.run(runner.run(resume=True))
-    return _outcome(results, planned, [point["point_id"] for point in written])
+        existing, planned = _plan(runner, remeasure_failed)
+        written = asyncio.run(runner.run(resume=True, remeasure_failed=remeasure_failed))
+    return _outcome(results, existing, planned, [point["point_id"] for point in written])
 
 
-def _outcome(results: ResultsDir, planned: list[str], written: list[str]) -> SweepOutcome:
+def _plan(runner: Sweep, remeasure_failed: bool) -> tuple[list[str], list[str]]:
+    """The point ids in the directory, and those to measure."""
+    existing = [point["point_id"] for point in runner.results.points()]
+    todo = runner.todo(remeasure_failed=remeasure_failed)
+    return existing, [point_id(level, repeat) for level, repeat in todo]
+
+
+def _outcome(
+    results: ResultsDir, existing: list[str], planned: list[str], written: list[str]
+) -> SweepOutcome:
     points = results.points()
     problems = [
-        f"{point['point_id']}: {point['completed']} of {point['num_prompts']} requests completed"
+        f"{point['point_id']}: {point['completed']} of {point.get('num_prompts')} requests completed"
         + (", stopped early at the error-rate limit" if point.get("stopped_early") else "")
         for point in points
         if point.get("failed") or point.get("stopped_early") or not point.get("completed")
     ]
     levels = [{key: point.get(key) for key in SUMMARY_KEYS} for point in points]
-    return SweepOutcome(planned=planned, written=written, levels=levels, problems=problems)
+    return SweepOutcome(existing=existing, planned=planned, written=written, levels=levels, problems=problems)
 
 
 def background_sweep(async_dir: Path, job_id: str, out: Path) -> dict[str, Any]:

@@ -44,11 +44,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.parse_args(argv)  # prints usage or the unknown-command error and exits
         return 2
     name = argv[0]
-    module = importlib.import_module(COMMANDS[name][0])
-    command_parser = OneLineErrorParser(prog=f"fairbench {name}", description=COMMANDS[name][1])
-    module.configure(command_parser)
-    args = command_parser.parse_args(argv[1:])
     try:
+        # A command's imports take a noticeable moment (aiohttp, ssl): Ctrl-C may come during them.
+        module = importlib.import_module(COMMANDS[name][0])
+        command_parser = OneLineErrorParser(prog=f"fairbench {name}", description=COMMANDS[name][1])
+        module.configure(command_parser)
+        args = command_parser.parse_args(argv[1:])
         return int(module.run(args))
     except UsageError as exc:
         print(f"fairbench {name}: error: {exc}", file=sys.stderr)

@@ -10,6 +10,8 @@ requests ended together, delaying the first tokens of the next wave.
 from __future__ import annotations
 
 import asyncio
+import json
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter_ns
@@ -24,6 +26,9 @@ from fairbench.workload import Prompt
 APIS = ("completions", "chat", "generate")
 ERROR_EXCERPT_CHARS = 300
 READ_BUFFER_BYTES = 4 * 1024 * 1024
+CONNECTION_FAILED = "connection failed: "
+"""How a request's error starts when the connection failed (refused, reset, cut mid-stream)."""
+PLAIN_HTTP_HINT = "if the server speaks plain HTTP, use http://"
 
 
 class StreamError(Exception):
@@ -31,7 +36,9 @@ class StreamError(Exception):
 
 
 class ServerUnreachable(Exception):
-    """The server did not accept a connection within the connect timeout, or answered with an error."""
+    """The server cannot be used: no connection, an error status, or an answer its API does not allow.
+
+    The message names the URL and the reason."""
 
 
 @dataclass(slots=True)
@@ -92,6 +99,27 @@ def _chat_text(choice: dict[str, Any]) -> str:
 def _generate_count(data: dict[str, Any]) -> EventCount:
     meta = data.get("meta_info") or {}
     return meta.get("completion_tokens"), meta.get("prompt_tokens"), bool(data.get("text")), True
+
+
+def _unreachable_reason(exc: BaseException, url: str, connect_timeout: float, answer_timeout: float) -> str:
+    """Why no answer came from ``url``, in words: aiohttp's own messages hide the reason."""
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return f"its TLS certificate was refused ({exc.certificate_error})"
+    if isinstance(exc, aiohttp.ClientConnectorSSLError):
+        return f"TLS handshake failed ({exc.os_error}); {PLAIN_HTTP_HINT}"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        if isinstance(exc.os_error, socket.gaierror):
+            return f"host name {exc.host!r} not resolved ({exc.os_error.strerror})"
+        if isinstance(exc.os_error, ConnectionRefusedError):
+            return f"connection refused: nothing listens on {exc.host}:{exc.port}"
+        return f"cannot connect to {exc.host}:{exc.port} ({exc.os_error.strerror or exc.os_error})"
+    if isinstance(exc, aiohttp.ServerTimeoutError):  # only the connection has a timeout of its own
+        if url.startswith("https://"):  # a plain-HTTP server waits for a request, never answering TLS
+            return f"no TLS connection within {connect_timeout:g} s; {PLAIN_HTTP_HINT}"
+        return f"no connection within {connect_timeout:g} s"
+    if isinstance(exc, asyncio.TimeoutError):
+        return f"no answer within {answer_timeout:g} s"
+    return f"{type(exc).__name__}: {_excerpt(str(exc))}" if str(exc) else type(exc).__name__
 
 
 class ApiFormat:
@@ -309,28 +337,52 @@ class StreamClient:
             raise RuntimeError("StreamClient used outside 'async with'")
         return self._session
 
-    async def get_json(self, path: str, *, timeout: float | None = None) -> Any:
-        """GET a JSON endpoint; raises ServerUnreachable when no connection can be made or it is not 200."""
-        url = self.base_url + path
+    async def get(self, path: str) -> bytes:
+        """GET ``path``: its body; raises ServerUnreachable when no answer came, or one that is not 200."""
+        status, body = await self._exchange("GET", path, self.connect_timeout * 3)
+        if status != 200:
+            text = _excerpt(body.decode(errors="replace"))
+            raise ServerUnreachable(f"{self.base_url + path} answered HTTP {status}: {text}")
+        return body
+
+    async def get_json(self, path: str) -> Any:
+        """GET a JSON endpoint; raises ServerUnreachable as ``get`` does, and when the answer is not JSON."""
+        body = await self.get(path)
         try:
-            async with self.session.get(
-                url,
-                headers=self.headers,
-                timeout=aiohttp.ClientTimeout(total=timeout or self.connect_timeout * 3),
-            ) as response:
-                if response.status != 200:
-                    text = _excerpt(await response.text(errors="replace"))
-                    raise ServerUnreachable(f"{url} answered HTTP {response.status}: {text}")
-                return await response.json(content_type=None)
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            return json.loads(body)
+        except (ValueError, RecursionError):
+            text = _excerpt(body.decode(errors="replace"))
+            raise ServerUnreachable(f"{self.base_url + path} answered HTTP 200, not JSON: {text!r}") from None
+
+    async def served_model(self) -> str:
+        """The first model the server's OpenAI ``/v1/models`` lists: the one the OpenAI APIs ask for."""
+        models = await self.get_json("/v1/models")
+        listed = models.get("data") if isinstance(models, dict) else None
+        first = listed[0] if isinstance(listed, list) and listed else None
+        model = first.get("id") if isinstance(first, dict) else None
+        if not isinstance(model, str) or not model:
             raise ServerUnreachable(
-                f"cannot reach {url} within {self.connect_timeout:g} s: {exc or type(exc).__name__}"
-            ) from exc
+                f"{self.base_url}/v1/models answered {_excerpt(json.dumps(models))}, not an OpenAI "
+                "model list naming a model; give the model's name (--model)"
+            )
+        return model
 
     async def post(self, path: str) -> tuple[int, str]:
-        """POST without a body (e.g. /flush_cache); returns the status and a body excerpt."""
-        async with self.session.post(self.base_url + path, headers=self.headers) as response:
-            return response.status, _excerpt(await response.text())
+        """POST without a body (e.g. /flush_cache); returns the status and a body excerpt. Raises
+        ServerUnreachable when no answer came."""
+        status, body = await self._exchange("POST", path, self.connect_timeout * 3)
+        return status, _excerpt(body.decode(errors="replace"))
+
+    async def _exchange(self, method: str, path: str, answer_timeout: float) -> tuple[int, bytes]:
+        """One request that does not stream: its status and body."""
+        url = self.base_url + path
+        timeout = aiohttp.ClientTimeout(total=answer_timeout, sock_connect=self.connect_timeout)
+        try:
+            async with self.session.request(method, url, headers=self.headers, timeout=timeout) as response:
+                return response.status, await response.read()
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            reason = _unreachable_reason(exc, url, self.connect_timeout, answer_timeout)
+            raise ServerUnreachable(f"cannot reach {url}: {reason}") from exc
 
     async def request(self, prompt: Prompt, body: bytes, rid: str) -> RequestRecord:
         """Send one streaming request (``body`` made with ``rid``) and return its record.
@@ -357,7 +409,7 @@ class StreamClient:
         except StreamError as exc:
             record.error = str(exc)
         except aiohttp.ClientError as exc:
-            record.error = f"connection failed: {type(exc).__name__}: {_excerpt(str(exc))}"
+            record.error = f"{CONNECTION_FAILED}{type(exc).__name__}: {_excerpt(str(exc))}"
         except asyncio.CancelledError:
             if not watched.stalled:
                 raise

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fairbench import bounds
 from fairbench.campaign import CampaignError, load_campaign
 from fairbench.cli import UsageError
 from fairbench.nccl import (
@@ -32,7 +33,7 @@ from fairbench.nccl import (
     parse_variant,
     write_result,
 )
-from fairbench.sweep_cli import concurrency_list, positive
+from fairbench.sweep_cli import bounded, concurrency_list
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -40,7 +41,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "campaign", nargs="?", metavar="CAMPAIGN", help="campaign file (YAML) or a run's campaign.json"
     )
     model = parser.add_mutually_exclusive_group(required=True)
-    model.add_argument("--hidden-size", type=positive(int), help="the model's hidden size, e.g. 7168")
+    model.add_argument(
+        "--hidden-size", type=bounded(bounds.HIDDEN_SIZE), help="the model's hidden size, e.g. 7168"
+    )
     model.add_argument(
         "--model-config", type=Path, help="the model's Hugging Face config.json, for its hidden_size"
     )
@@ -49,7 +52,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=concurrency_list,
         help="decode batch sizes, e.g. 1,8,64 (default: the campaign's levels, else 1,2,4,...,256)",
     )
-    parser.add_argument("--gpus", type=positive(int), help="ranks, one per GPU (default: every visible GPU)")
+    parser.add_argument(
+        "--gpus", type=bounded(bounds.GPUS), help="ranks, one per GPU (default: every visible GPU)"
+    )
     parser.add_argument(
         "--variant",
         action="append",
@@ -57,22 +62,34 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="NAME=KEY=VALUE,...",
         help="an extra variant, e.g. p2p-off=NCCL_P2P_DISABLE=1 (repeatable)",
     )
-    parser.add_argument("--out", type=Path, help=f"directory for {RESULT_FILE} (required unless --dry-run)")
+    parser.add_argument(
+        "--out", type=_out_dir, help=f"directory for {RESULT_FILE} (required unless --dry-run)"
+    )
     parser.add_argument(
         "--python", default=sys.executable, help="interpreter with torch for the workers (default: this one)"
     )
-    parser.add_argument("--iters", type=positive(int), default=50, help="timed all-reduces per size (50)")
-    parser.add_argument("--warmup", type=positive(int), default=10, help="untimed all-reduces per size (10)")
+    collectives = bounded(bounds.COLLECTIVES)
+    parser.add_argument("--iters", type=collectives, default=50, help="timed all-reduces per size (50)")
+    parser.add_argument("--warmup", type=collectives, default=10, help="untimed all-reduces per size (10)")
     parser.add_argument(
-        "--graph-ops", type=positive(int), default=10, help="all-reduces per captured CUDA graph (10)"
+        "--graph-ops", type=collectives, default=10, help="all-reduces per captured CUDA graph (10)"
     )
     parser.add_argument("--no-graph", action="store_true", help="eager launches only, no CUDA graphs")
     parser.add_argument(
-        "--timeout", type=positive(float), default=300.0, help="seconds one variant may take (300)"
+        "--timeout",
+        type=bounded(bounds.READ_TIMEOUT_S),
+        default=300.0,
+        help="seconds one variant may take (300)",
     )
     parser.add_argument("--dry-run", action="store_true", help="show the variants and sizes, run nothing")
     # The worker script: tests put a fake in (one that speaks the same protocol without torch).
     parser.add_argument("--worker", type=Path, default=WORKER_SCRIPT, help=argparse.SUPPRESS)
+
+
+def _out_dir(text: str) -> Path:
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path would write into the current directory: name one")
+    return Path(text)
 
 
 def _campaign_inputs(path: str) -> CampaignInputs:
@@ -92,7 +109,7 @@ def _campaign_inputs(path: str) -> CampaignInputs:
 
 def spec_from_args(args: argparse.Namespace, gpus: int) -> SweepSpec:
     campaign = _campaign_inputs(args.campaign) if args.campaign else None
-    hidden_size = args.hidden_size or hidden_size_from_config(args.model_config)
+    hidden_size = args.hidden_size or _config_hidden_size(args.model_config)
     concurrency = args.concurrency or (campaign.concurrency if campaign else DEFAULT_CONCURRENCY)
     variants: list[Variant] = (
         campaign_variants(campaign.config_envs) if campaign else [Variant("default", {}, ())]
@@ -110,6 +127,16 @@ def spec_from_args(args: argparse.Namespace, gpus: int) -> SweepSpec:
         graph_ops=args.graph_ops,
         timeout_s=args.timeout,
     )
+
+
+def _config_hidden_size(path: Path) -> int:
+    try:
+        hidden_size = hidden_size_from_config(path)
+    except NcclError as exc:
+        raise NcclError(f"--model-config: {exc}") from None
+    if (problem := bounds.HIDDEN_SIZE.problem(hidden_size)) is not None:
+        raise NcclError(f"--model-config: {path}: hidden_size {problem}")
+    return hidden_size
 
 
 def plan_lines(spec: SweepSpec) -> list[str]:
@@ -163,12 +190,23 @@ def run(args: argparse.Namespace) -> int:
         spec = spec_from_args(args, gpus)
     except NcclError as exc:
         raise UsageError(str(exc)) from None
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # found now, not after the sweep
+        raise UsageError(f"--out: cannot create {args.out}: {exc.strerror or exc}") from None
     print("\n".join(plan_lines(spec)), file=sys.stderr)
     document = Runner(spec, args.python, args.worker).run()
-    path = write_result(document, args.out)
     print("\n".join(summary_lines(document)))
     failed = [variant for variant in document["variants"] if variant["error"]]
     for variant in failed:
         print(f"fairbench nccl: error: {variant['error']}", file=sys.stderr)
+    try:
+        path = write_result(document, args.out)
+    except OSError as exc:
+        print(
+            f"fairbench nccl: error: --out: cannot write {RESULT_FILE}: {exc.strerror or exc}",
+            file=sys.stderr,
+        )
+        return 1
     print(f"results: {path}")
     return 1 if failed else 0

@@ -4,29 +4,41 @@ Durability rules: a point's request records are written to a temporary file and
 renamed into place before its line is appended to ``points.jsonl``; the line is
 flushed and fsynced at once. So a crash leaves either a whole point or none, and
 a resumed sweep skips exactly the points whose line is present.
+
+One writer at a time: whoever runs a sweep (``fairbench sweep``, the bench role's module) holds an
+exclusive ``flock`` on LOCK_FILE in the directory for the sweep's whole life (``ResultsDir.writer``). Two
+writers would measure the same missing points twice; the kernel drops the lock when its process ends,
+however it ends, so a killed sweep never leaves the directory locked.
 """
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from fairbench.records import RequestRecord
 
 POINTS_FILE = "points.jsonl"
 REQUESTS_DIR = "requests"
 SWEEP_FILE = "sweep.json"
+LOCK_FILE = ".sweep.lock"
+"""Hidden: the bench role fetches a results directory's files without its hidden ones."""
 # A campaign run (results/<campaign>/<run_id>/) holds CAMPAIGN_FILE, and one sweep directory per
 # host and config with a STATUS_FILE beside the sweep's own files.
 CAMPAIGN_FILE = "campaign.json"
 STATUS_FILE = "status.json"
+SUPERSEDES = "supersedes"
+"""The key of a point measured again: ``{"line": N, "requests": PATH}``, the line of points.jsonl it
+replaces and where that point's request records were moved."""
 
 
-class ResultsError(Exception):
+class ResultsError(ValueError):
     """The results directory cannot be used as asked; the message names the file and the rule."""
 
 
@@ -42,13 +54,101 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _point(path: Path, number: int, line: bytes) -> dict[str, Any]:
+    """Line ``number`` of points.jsonl as a point: a JSON object with its ``point_id`` and ``completed``."""
+    try:
+        point = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, RecursionError, json.JSONDecodeError) as exc:
+        raise ResultsError(f"{path}:{number}: not a JSON line ({exc})") from None
+    if not isinstance(point, dict):
+        raise ResultsError(f"{path}:{number}: not a point (a JSON object)")
+    completed = point.get("completed")
+    if (
+        not isinstance(point.get("point_id"), str)
+        or not isinstance(completed, int)
+        or isinstance(completed, bool)
+        or completed < 0
+    ):
+        raise ResultsError(f"{path}:{number}: a point needs a point_id (text) and completed (a count)")
+    return point
+
+
+def _superseded_line(point: dict[str, Any]) -> object:
+    supersedes = point.get(SUPERSEDES)
+    return supersedes.get("line") if isinstance(supersedes, dict) else None
+
+
+def _check_resumable(sweep_path: Path, settings: dict[str, Any]) -> None:
+    """Refuse to resume a directory whose sweep.json is unreadable or holds other settings."""
+    try:
+        previous = json.loads(sweep_path.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise ResultsError(f"{sweep_path}: cannot be read: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise ResultsError(f"{sweep_path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    except (UnicodeDecodeError, RecursionError) as exc:
+        raise ResultsError(f"{sweep_path}: not valid JSON ({exc})") from None
+    if not isinstance(previous, dict):
+        raise ResultsError(f"{sweep_path}: not a sweep's settings (a JSON object)")
+    # sweep.json files written before the model was recorded have none: their points are resumed unchecked.
+    if "model" in previous and previous["model"] != settings.get("model"):
+        raise ResultsError(
+            f"{sweep_path}: cannot resume against another model: the points there are of "
+            f"{previous['model']!r}, this sweep's is {settings.get('model')!r}"
+        )
+    changed = [
+        f"{key} {previous.get(key)!r} -> {value!r}"
+        for key, value in settings.items()
+        if key != "model" and previous.get(key) != value
+    ]
+    if changed:
+        raise ResultsError(f"{sweep_path}: cannot resume with other settings: {'; '.join(changed)}")
+
+
 class ResultsDir:
-    """Append-only store of a sweep's points in one directory."""
+    """Append-only store of a sweep's points in one directory.
+
+    A point whose every request failed can be measured again on request (``--remeasure-failed``), and
+    points.jsonl stays append-only all the same: the new point is appended with SUPERSEDES naming the
+    line it replaces, and the failed point's request records are kept beside it under another name. The
+    failed line stays in the file, so nothing measured is lost and a crash at any moment leaves either
+    the failed point or its successor. ``points()``, ``completed_ids()`` and ``failed_ids()`` see each
+    point's current line only: a superseded line is history, not a point of the sweep.
+    """
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.points_path = root / POINTS_FILE
         self.requests_dir = root / REQUESTS_DIR
+        self._lock: IO[bytes] | None = None
+
+    @contextmanager
+    def writer(self) -> Iterator[None]:
+        """Hold the directory's writer lock (creating the directory), or raise ResultsError when another
+        process holds it. Taken again inside its own hold, it is already held: the bench role's module
+        holds it around the sweep, which takes it too."""
+        if self._lock is not None:
+            yield
+            return
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            lock = (self.root / LOCK_FILE).open("ab")
+        except FileExistsError:
+            raise ResultsError(f"{self.root}: cannot be a results directory: it is a file") from None
+        except OSError as exc:
+            raise ResultsError(f"{self.root}: cannot be a results directory: {exc.strerror}") from None
+        with lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise ResultsError(f"{self.root}: another sweep is still writing here") from None
+            except OSError as exc:  # a file system without locks
+                raise ResultsError(f"{lock.name}: cannot be locked: {exc.strerror}") from None
+            self._lock = lock
+            try:
+                yield
+            finally:
+                self._lock = None
 
     def prepare(self, settings: dict[str, Any], *, resume: bool) -> None:
         """Create the directory, or check that a resumed one was made with the same settings.
@@ -62,46 +162,81 @@ class ResultsDir:
                 f"{self.points_path}: already has points; pass --resume to continue, or another --out"
             )
         if resume and sweep_path.exists():
-            previous = json.loads(sweep_path.read_text())
-            changed = [
-                f"{key} {previous.get(key)!r} -> {value!r}"
-                for key, value in settings.items()
-                if previous.get(key) != value
-            ]
-            if changed:
-                raise ResultsError(f"{sweep_path}: cannot resume with other settings: {'; '.join(changed)}")
-        self.requests_dir.mkdir(parents=True, exist_ok=True)
-        tmp = sweep_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n")
-        tmp.replace(sweep_path)
+            _check_resumable(sweep_path, settings)
+        try:
+            self.requests_dir.mkdir(parents=True, exist_ok=True)
+            tmp = sweep_path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n")
+            tmp.replace(sweep_path)
+        except OSError as exc:
+            raise ResultsError(f"{exc.filename}: cannot be written: {exc.strerror}") from None
         self._drop_torn_tail()
+        self.points()  # a line that is not a point is named now, before anything is measured
 
     def _drop_torn_tail(self) -> None:
         """A crash during an append can leave a partial last line: cut it off."""
         if not self.points_path.exists():
             return
-        data = self.points_path.read_bytes()
+        data = self._read_points()
         end = data.rfind(b"\n") + 1
         if end != len(data):
             with self.points_path.open("r+b") as handle:
                 handle.truncate(end)
 
-    def points(self) -> list[dict[str, Any]]:
-        """Every complete point written so far, in order."""
+    def _read_points(self) -> bytes:
+        try:
+            return self.points_path.read_bytes()
+        except OSError as exc:
+            raise ResultsError(f"{self.points_path}: cannot be read: {exc.strerror}") from None
+
+    def _lines(self) -> list[tuple[int, dict[str, Any]]]:
+        """Every point line of points.jsonl with its line number (from 1), superseded ones included."""
         if not self.points_path.exists():
             return []
-        lines = self.points_path.read_text().splitlines()
-        return [json.loads(line) for line in lines if line.strip()]
+        lines = self._read_points().split(b"\n")
+        if lines[-1]:  # a torn tail (prepare cuts it): not a line yet
+            lines[-1] = b""
+        return [
+            (number, _point(self.points_path, number, line))
+            for number, line in enumerate(lines, start=1)
+            if line.strip()
+        ]
+
+    def _current(self) -> dict[str, tuple[int, dict[str, Any]]]:
+        """Each point's line, with its number: its first, or the line that supersedes that. A point_id seen
+        again without superseding it (two writers at once, before the lock) does not count."""
+        current: dict[str, tuple[int, dict[str, Any]]] = {}
+        for number, point in self._lines():
+            pid = point["point_id"]
+            if pid not in current or _superseded_line(point) == current[pid][0]:
+                current[pid] = (number, point)
+        return current
+
+    def points(self) -> list[dict[str, Any]]:
+        """Every point, its latest line only, in the order the points were first measured."""
+        return [point for _, point in self._current().values()]
 
     def completed_ids(self) -> set[str]:
-        return {point["point_id"] for point in self.points()}
+        """The points measured, failed ones included."""
+        return set(self._current())
+
+    def failed_ids(self) -> set[str]:
+        """The points whose every request failed (``completed`` 0): those ``--remeasure-failed`` measures
+        again."""
+        return {pid for pid, (_, point) in self._current().items() if point["completed"] == 0}
 
     def requests_path(self, pid: str) -> Path:
         return self.requests_dir / f"{pid}.jsonl.gz"
 
-    def write_point(self, point: dict[str, Any], records: Iterable[RequestRecord]) -> None:
-        """Persist one finished point: its records first, then its line in points.jsonl."""
+    def write_point(self, point: dict[str, Any], records: Iterable[RequestRecord]) -> dict[str, Any]:
+        """Persist one finished point: its records first, then its line in points.jsonl; returns the line.
+
+        A point already there must have failed entirely: the new line supersedes it (see the class).
+        """
         pid = point["point_id"]
+        previous = self._current().get(pid)
+        if previous is not None:
+            point = {**point, SUPERSEDES: self._keep_records(pid, previous)}
         final = self.requests_path(pid)
         tmp = final.with_name(final.name + ".tmp")
         # compresslevel 1: records are mostly integers; level 9 costs 5x the CPU for ~10 % less.
@@ -115,6 +250,20 @@ class ResultsDir:
             handle.write(json.dumps(point) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
+        return point
+
+    def _keep_records(self, pid: str, previous: tuple[int, dict[str, Any]]) -> dict[str, Any]:
+        """Give the records of the point on line ``number`` a name of their own before its successor's
+        records take its name; a hard link, so that until they do, the old name still holds them."""
+        number, point = previous
+        if point["completed"]:
+            raise ResultsError(
+                f"{self.points_path}:{number}: {pid} was measured; only a failed point is redone"
+            )
+        kept = self.requests_dir / f"{pid}.line{number}.jsonl.gz"
+        if self.requests_path(pid).exists() and not kept.exists():
+            os.link(self.requests_path(pid), kept)
+        return {"line": number, "requests": f"{REQUESTS_DIR}/{kept.name}"}
 
     def read_requests(self, pid: str) -> list[RequestRecord]:
         with gzip.open(self.requests_path(pid), "rt") as handle:

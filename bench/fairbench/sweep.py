@@ -20,7 +20,7 @@ from time import perf_counter, perf_counter_ns
 from typing import Any
 
 from fairbench import __version__
-from fairbench.client import ApiFormat, ServerUnreachable, StreamClient
+from fairbench.client import CONNECTION_FAILED, ApiFormat, ServerUnreachable, StreamClient
 from fairbench.energy import EnergySampler, EnergyUnavailable, GpuEnergy, optional_sampler, point_fields
 from fairbench.metrics import point_metrics
 from fairbench.progress import Progress
@@ -63,11 +63,13 @@ class SweepSpec:
     """The GPUs whose energy counts, by NVML index; None: every GPU. Like ``energy``, not one of the
     settings: energy is measured beside the point and does not change it, so a resume may differ here."""
 
-    def settings(self, vocabulary: Vocabulary | None) -> dict[str, Any]:
+    def settings(self, vocabulary: Vocabulary | None, model: str | None) -> dict[str, Any]:
         """The inputs a resumed sweep must share with the original (see ResultsDir.prepare); ``vocabulary``
-        is the one the token ids are drawn from (a resume against another model is refused)."""
+        is the one the token ids are drawn from, ``model`` the name the OpenAI APIs were asked for (None for
+        ``generate``, which names none): a resume against another model is refused."""
         return {
             "api": self.api,
+            "model": model,
             "workload": asdict(self.workload),
             "vocabulary": vocabulary.to_json() if vocabulary else None,
             "concurrency": self.concurrency,
@@ -174,6 +176,16 @@ async def run_closed_loop(
     return records, stopped
 
 
+def _stop_when_unreachable(pid: str, records: list[RequestRecord], *, left: int) -> None:
+    """Raise ServerUnreachable when every request of the point just written failed to connect: the server is
+    gone, and the ``left`` points after it would fail the same way, each as fast."""
+    if records and all(record.error.startswith(CONNECTION_FAILED) for record in records):
+        rest = f"; {left} point(s) not measured" if left else ""
+        raise ServerUnreachable(
+            f"{pid}: every request failed to connect ({records[0].error}): the server is down{rest}"
+        )
+
+
 class Sweep:
     """Runs a SweepSpec against one server into one ResultsDir."""
 
@@ -196,8 +208,12 @@ class Sweep:
             for prompt, rid in zip(prompts, rids, strict=True)
         ]
 
-    def plan(self, done: set[str]) -> list[tuple[int, int]]:
-        """(concurrency, repeat) of each point to measure; repeat-major, so repeats are spread in time."""
+    def todo(self, *, remeasure_failed: bool = False) -> list[tuple[int, int]]:
+        """(concurrency, repeat) of each point to measure: those the results directory lacks, and with
+        ``remeasure_failed`` those whose every request failed; repeat-major, so repeats are spread in time."""
+        done = self.results.completed_ids()
+        if remeasure_failed:
+            done -= self.results.failed_ids()
         return [
             (level, repeat)
             for repeat in range(self.spec.repeats)
@@ -205,13 +221,20 @@ class Sweep:
             if point_id(level, repeat) not in done
         ]
 
-    async def run(self, *, resume: bool = False) -> list[dict[str, Any]]:
-        """Measure every missing point; returns the points written by this call."""
+    async def run(self, *, resume: bool = False, remeasure_failed: bool = False) -> list[dict[str, Any]]:
+        """Measure every point ``todo`` names, holding the results directory's writer lock; returns the
+        point lines written by this call.
+
+        Raises ServerUnreachable when the server cannot be used, and once a point's every request failed
+        to connect: the server is gone, and each point after it would fail the same way.
+        """
+        with self.results.writer():
+            todo = self.todo(remeasure_failed=remeasure_failed)
+            return await self._measure_all(todo, resume=resume) if todo else []
+
+    async def _measure_all(self, todo: list[tuple[int, int]], *, resume: bool) -> list[dict[str, Any]]:
         spec = self.spec
-        todo = self.plan(self.results.completed_ids())
         written: list[dict[str, Any]] = []
-        if not todo:
-            return written
         async with StreamClient(
             spec.url,
             ApiFormat(spec.api, spec.model or ""),
@@ -220,25 +243,40 @@ class Sweep:
             connect_timeout=spec.connect_timeout,
             read_timeout=spec.read_timeout,
         ) as client:
-            if spec.api != "generate" and not spec.model:
-                models = await client.get_json("/v1/models")
-                client.api.model = models["data"][0]["id"]
-            else:
-                await client.get_json("/health")
+            model = await self.model(client)
             vocabulary = await self.vocabulary(client)
-            self.results.prepare(spec.settings(vocabulary), resume=resume)
-            self.results.discard_partial()
-            skipped = len(spec.concurrency) * spec.repeats - len(todo)
-            if skipped:
-                self.progress.note(f"resuming: {skipped} point(s) already in {self.results.points_path}")
             workload = Workload(spec.workload, vocabulary)
+            self.results.prepare(spec.settings(vocabulary, model), resume=resume)
+            self.results.discard_partial()
+            self._note_resumed(todo)
             # One sampler for the whole sweep: NVML starts once, not per point.
             with optional_sampler(spec.energy_gpus, self.progress.note, enabled=spec.energy) as energy:
-                for level, repeat in todo:
+                for index, (level, repeat) in enumerate(todo):
                     point, records = await self._measure_point(client, workload, level, repeat, energy)
-                    self.results.write_point(point, records)
-                    written.append(point)
+                    written.append(self.results.write_point(point, records))
+                    _stop_when_unreachable(point["point_id"], records, left=len(todo) - index - 1)
         return written
+
+    async def model(self, client: StreamClient) -> str | None:
+        """The model the OpenAI APIs ask for: the user's, else the server's; None for ``generate``, which
+        names none (its server need only answer its health check)."""
+        if self.spec.api == "generate":
+            await client.get("/health")
+            return None
+        client.api.model = self.spec.model or await client.served_model()
+        return client.api.model
+
+    def _note_resumed(self, todo: list[tuple[int, int]]) -> None:
+        spec = self.spec
+        skipped = len(spec.concurrency) * spec.repeats - len(todo)
+        if skipped:
+            self.progress.note(f"resuming: {skipped} point(s) already in {self.results.points_path}")
+        present = self.results.completed_ids()
+        again = [pid for pid in (point_id(level, repeat) for level, repeat in todo) if pid in present]
+        if again:
+            self.progress.note(
+                f"measuring again {len(again)} point(s) that completed no request: {', '.join(again)}"
+            )
 
     async def vocabulary(self, client: StreamClient) -> Vocabulary | None:
         """The ids random prompts may use (None when prompts are text): the user's size, else learned from
@@ -250,7 +288,7 @@ class Sweep:
             return explicit(workload.vocab_size, "vocab_size, set by the user")
         try:
             model_info = await client.get_json("/model_info")
-        except (ServerUnreachable, ValueError) as exc:  # a server or proxy without the route
+        except ServerUnreachable as exc:  # a server or proxy without the route
             raise VocabularyError(
                 f"{exc}; random token ids need the served model's vocabulary: give --vocab-size N"
             ) from None

@@ -1,4 +1,8 @@
-"""``fairbench sweep``: a concurrency sweep against one running server."""
+"""``fairbench sweep``: a concurrency sweep against one running server.
+
+Every number an option takes has its range in bounds.py (NaN and infinities are never in one). However a
+sweep ends, it ends in one line saying how, after the summary of the points measured so far.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +10,13 @@ import argparse
 import asyncio
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+from fairbench import bounds
+from fairbench.bounds import Bound
 from fairbench.cli import UsageError
 from fairbench.client import APIS, ServerUnreachable
 from fairbench.energy import GpuSelectionError
@@ -19,13 +27,34 @@ from fairbench.vocabulary import VocabularyError
 from fairbench.workload import WorkloadError, WorkloadSpec, parse_count
 
 
-def _int_list(text: str, minimum: int, values_are: str, item: str) -> list[int]:
+def _number(text: str, bound: Bound) -> int | float:
+    """``text`` as a number within ``bound``; an integer bound's ``1e11`` or ``nan`` is read as a float,
+    for the bound to refuse it by name."""
+    kinds: tuple[type[int] | type[float], ...] = (int, float) if bound.integer else (float,)
+    for kind in kinds:
+        try:
+            value = kind(text)
+        except ValueError:
+            continue
+        if (problem := bound.problem(value)) is not None:
+            raise argparse.ArgumentTypeError(f"{text!r} {problem}")
+        return value
+    raise argparse.ArgumentTypeError(f"{text!r} is not a number")
+
+
+def bounded(bound: Bound) -> Callable[[str], Any]:
+    """argparse type of a number within ``bound`` (also ``fairbench nccl``'s)."""
+    return lambda text: _number(text, bound)
+
+
+def _bounded_list(text: str, bound: Bound, item: str) -> list[int]:
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a comma-separated list of integers")
     try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a comma-separated list of integers") from None
-    if not values or any(value < minimum for value in values):
-        raise argparse.ArgumentTypeError(f"{text!r} must list {values_are}")
+        values = [int(_number(part, bound)) for part in parts]
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
     if len(set(values)) != len(values):
         raise argparse.ArgumentTypeError(f"{text!r} lists a {item} twice")
     return values
@@ -33,11 +62,11 @@ def _int_list(text: str, minimum: int, values_are: str, item: str) -> list[int]:
 
 def concurrency_list(text: str) -> list[int]:
     """argparse type of a comma-separated list of concurrency levels (also ``fairbench nccl``'s)."""
-    return _int_list(text, 1, "positive integers", "level")
+    return _bounded_list(text, bounds.CONCURRENCY, "level")
 
 
 def _gpu_list(text: str) -> list[int]:
-    return _int_list(text, 0, "GPU indices (0 or more)", "GPU")
+    return _bounded_list(text, bounds.GPU_INDEX, "GPU")
 
 
 def _count(text: str) -> str:
@@ -48,19 +77,10 @@ def _count(text: str) -> str:
     return text
 
 
-def positive(kind: type[int] | type[float]) -> Any:
-    """argparse type of a positive ``kind`` (also ``fairbench nccl``'s)."""
-
-    def check(text: str) -> int | float:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{text!r} must be positive")
-        return value
-
-    return check
+def _results_dir(text: str) -> Path:
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path would write into the current directory: name one")
+    return Path(text)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -75,28 +95,34 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--api-key", default=os.environ.get("FAIRBENCH_API_KEY"), help="bearer token (or FAIRBENCH_API_KEY)"
     )
     parser.add_argument("--dataset", default="random-ids", help="random-ids, or a ShareGPT-style JSON file")
-    parser.add_argument("--input-len", type=positive(int), required=True, help="input tokens per request")
-    parser.add_argument("--output-len", type=positive(int), required=True, help="output tokens per request")
-    parser.add_argument("--range-ratio", type=float, default=1.0, help="draw lengths from [ratio*len, len]")
+    tokens = bounded(bounds.TOKENS)
+    parser.add_argument("--input-len", type=tokens, required=True, help="input tokens per request")
+    parser.add_argument("--output-len", type=tokens, required=True, help="output tokens per request")
+    parser.add_argument(
+        "--range-ratio", type=bounded(bounds.SHARE), default=1.0, help="draw lengths from [ratio*len, len]"
+    )
     parser.add_argument("--concurrency", type=concurrency_list, required=True, help="levels, e.g. 1,2,4,8")
     parser.add_argument(
         "--prompts-per-level", type=_count, default="10x", help="N, or Nx for N times the level (min 16)"
     )
     parser.add_argument("--warmup", type=_count, default="2x", help="warmup requests: N or Nx (default 2x)")
     parser.add_argument(
-        "--repeats", type=positive(int), default=1, help="measure every level this many times"
+        "--repeats", type=bounded(bounds.REPEATS), default=1, help="measure every level this many times"
     )
-    parser.add_argument("--seed", type=int, default=1, help="prompt seed (default 1)")
+    parser.add_argument("--seed", type=bounded(bounds.SEED), default=1, help="prompt seed (default 1)")
     parser.add_argument(
         "--vocab-size",
-        type=positive(int),
+        type=bounded(bounds.VOCABULARY),
         help="random token ids from [0, N) (default: the served model's vocabulary, from its files)",
     )
     parser.add_argument("--flush-cache", action="store_true", help="POST /flush_cache before each level")
     parser.add_argument(
-        "--max-error-rate", type=float, default=0.5, help="stop a level when more requests fail (default 0.5)"
+        "--max-error-rate",
+        type=bounded(bounds.SHARE),
+        default=0.5,
+        help="stop a level when more requests fail (default 0.5)",
     )
-    parser.add_argument("--gpus", type=positive(int), help="GPUs serving, for per-GPU throughput")
+    parser.add_argument("--gpus", type=bounded(bounds.GPUS), help="GPUs serving, for per-GPU throughput")
     energy = parser.add_mutually_exclusive_group()
     energy.add_argument(
         "--energy-gpus",
@@ -104,18 +130,45 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="GPUs whose energy counts, by NVML index, e.g. 0,1 (default: every GPU NVML sees)",
     )
     energy.add_argument("--no-energy", action="store_true", help="do not sample GPU energy")
-    parser.add_argument("--connect-timeout", type=positive(float), default=10.0, help="seconds (default 10)")
+    parser.add_argument(
+        "--connect-timeout",
+        type=bounded(bounds.CONNECT_TIMEOUT_S),
+        default=10.0,
+        help="seconds (default 10)",
+    )
     parser.add_argument(
         "--read-timeout",
-        type=positive(float),
+        type=bounded(bounds.READ_TIMEOUT_S),
         default=600.0,
         help="seconds without data before a stream fails",
     )
-    parser.add_argument("--out", type=Path, required=True, help="results directory")
+    parser.add_argument("--out", type=_results_dir, required=True, help="results directory")
     parser.add_argument("--resume", action="store_true", help="skip the points already in --out")
+    parser.add_argument(
+        "--remeasure-failed",
+        action="store_true",
+        help="with --resume: measure again the points that completed no request",
+    )
     parser.add_argument(
         "--progress", choices=("auto", "bar", "lines"), default="auto", help="live bar or plain lines"
     )
+
+
+def _url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be a server's base URL, or None."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises for a port out of range, or not a number
+        host = parts.hostname
+        if host:
+            host.encode("idna")  # what the client does before it connects (empty or overlong labels)
+    except ValueError as exc:  # UnicodeError is one
+        return str(exc)
+    if parts.scheme not in ("http", "https"):
+        return "must start with http:// or https://"
+    if not host:
+        return "names no host"
+    return None
 
 
 def spec_from_args(args: argparse.Namespace) -> SweepSpec:
@@ -131,12 +184,7 @@ def spec_from_args(args: argparse.Namespace) -> SweepSpec:
         )
     except WorkloadError as exc:
         raise UsageError(f"--{str(exc).replace('_', '-')}") from None
-    if args.dataset != "random-ids" and not Path(args.dataset).is_file():
-        raise UsageError(f"--dataset: {args.dataset} is not 'random-ids' nor a file")
-    if not 0.0 <= args.max_error_rate <= 1.0:
-        raise UsageError(f"--max-error-rate: {args.max_error_rate} must be between 0 and 1")
-    if not args.url.startswith(("http://", "https://")):
-        raise UsageError(f"--url: {args.url!r} must start with http:// or https://")
+    _check_together(args)
     return SweepSpec(
         url=args.url,
         workload=workload,
@@ -155,6 +203,30 @@ def spec_from_args(args: argparse.Namespace) -> SweepSpec:
         energy=not args.no_energy,
         energy_gpus=args.energy_gpus,
     )
+
+
+def _check_together(args: argparse.Namespace) -> None:
+    """The checks no option's type can make alone; UsageError names the option."""
+    if args.dataset != "random-ids" and not _is_file(args.dataset):
+        raise UsageError(f"--dataset: {args.dataset!r} is not 'random-ids' nor a file")
+    for option, count in (("--prompts-per-level", args.prompts_per_level), ("--warmup", args.warmup)):
+        try:
+            parse_count(count, max(args.concurrency))
+        except WorkloadError as exc:
+            raise UsageError(f"{option}: {exc}") from None
+    if (problem := _url_problem(args.url)) is not None:
+        raise UsageError(f"--url: {args.url!r}: {problem}")
+    if args.remeasure_failed and not args.resume:
+        raise UsageError(
+            "--remeasure-failed: measures again points of a sweep already in --out: add --resume"
+        )
+
+
+def _is_file(path: str) -> bool:
+    try:
+        return Path(path).is_file()
+    except OSError:  # a name too long
+        return False
 
 
 SUMMARY_COLUMNS = (
@@ -182,7 +254,10 @@ def summary_table(points: list[dict[str, Any]]) -> str:
 
     def cell(point: dict[str, Any], key: str, fmt: str) -> str:
         value = point.get(key)
-        return "-" if value is None else fmt.format(value)
+        try:
+            return "-" if value is None else fmt.format(value)
+        except (TypeError, ValueError, OverflowError):  # a line edited by hand: shown as it is
+            return str(value)
 
     columns: tuple[tuple[str, str, str], ...] = SUMMARY_COLUMNS
     if any("gpu_energy_j" in point for point in points):
@@ -195,21 +270,44 @@ def summary_table(points: list[dict[str, Any]]) -> str:
     )
 
 
+SWEEP_ERRORS = (GpuSelectionError, ResultsError, ServerUnreachable, VocabularyError, WorkloadError)
+
+
+def _message(exc: Exception) -> str:
+    """The error line's text, naming the option a run-time check refused."""
+    if isinstance(exc, GpuSelectionError):
+        return f"--energy-gpus: {exc}"
+    if isinstance(exc, WorkloadError):  # the dataset's content: "dataset: FILE: ..."
+        return f"--{exc}"
+    return str(exc)
+
+
+def _show_measured(results: ResultsDir) -> list[dict[str, Any]]:
+    """Print the summary of the points in the directory, if it has any; returns them."""
+    try:
+        points = results.points()
+    except ResultsError:  # the line that ends the sweep names the file
+        return []
+    if points:
+        print(summary_table(points))
+        print(f"points:   {results.points_path}")
+        print(f"requests: {results.requests_dir}/")
+    return points
+
+
 def run(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     results = ResultsDir(args.out)
     live = {"auto": None, "bar": True, "lines": False}[args.progress]
     sweep = Sweep(spec, results, Progress(sys.stderr, live=live))
     try:
-        asyncio.run(sweep.run(resume=args.resume))
-    except (ResultsError, ServerUnreachable, VocabularyError) as exc:
-        print(f"fairbench sweep: error: {exc}", file=sys.stderr)
+        asyncio.run(sweep.run(resume=args.resume, remeasure_failed=args.remeasure_failed))
+    except KeyboardInterrupt:
+        _show_measured(results)
+        raise
+    except SWEEP_ERRORS as exc:
+        _show_measured(results)
+        print(f"fairbench sweep: error: {_message(exc)}", file=sys.stderr)
         return 1
-    except GpuSelectionError as exc:
-        print(f"fairbench sweep: error: --energy-gpus: {exc}", file=sys.stderr)
-        return 1
-    points = results.points()
-    print(summary_table(points))
-    print(f"points:   {results.points_path}")
-    print(f"requests: {results.requests_dir}/")
+    points = _show_measured(results)
     return 0 if all(point["completed"] for point in points) else 1

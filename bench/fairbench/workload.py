@@ -14,6 +14,7 @@ from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
+from fairbench.bounds import COUNT_FACTOR, REQUESTS
 from fairbench.vocabulary import Vocabulary
 
 # Chat prompts must be text. Without a tokenizer, random-ids prompts for chat are
@@ -96,6 +97,10 @@ def _load_sharegpt(path: Path) -> list[str]:
         raise WorkloadError(f"dataset: cannot read {path}: {exc.strerror}") from exc
     except json.JSONDecodeError as exc:
         raise WorkloadError(f"dataset: {path}:{exc.lineno}: not valid JSON ({exc.msg})") from exc
+    except UnicodeDecodeError as exc:
+        raise WorkloadError(f"dataset: {path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    except RecursionError:
+        raise WorkloadError(f"dataset: {path}: nested too deeply to be a list of conversations") from None
     if not isinstance(data, list):
         raise WorkloadError(f"dataset: {path}: must be a JSON list of conversations")
     prompts = []
@@ -143,14 +148,20 @@ class Workload:
 
 
 def parse_count(value: str | int, concurrency: int, *, minimum: int = 0) -> int:
-    """A request count: an integer, or ``Nx`` meaning N times the concurrency; at least ``minimum``."""
+    """A request count: an integer, or ``Nx`` meaning N times the concurrency; at least ``minimum``.
+
+    Within the bounds of bounds.py, N times the concurrency included: ``infx`` or ``1e9x`` is a typo."""
     text = str(value).strip()
+    times = text.endswith("x")
     try:
-        count = round(float(text[:-1]) * concurrency) if text.endswith("x") else int(text)
+        number = float(text[:-1]) if times else int(text)
     except ValueError:
         raise WorkloadError(
             f"{value!r} is not a count (an integer, or Nx for N times the concurrency)"
         ) from None
-    if count < 0:
-        raise WorkloadError(f"{value!r} must not be negative")
+    if (problem := (COUNT_FACTOR if times else REQUESTS).problem(number)) is not None:
+        raise WorkloadError(f"{value!r}: {'N ' if times else ''}{problem}")
+    count = round(number * concurrency) if times else int(number)
+    if (problem := REQUESTS.problem(count)) is not None:
+        raise WorkloadError(f"{value!r} at concurrency {concurrency}: {problem}")
     return max(count, minimum)

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.support.sse_server import RunningServer, StartServer
+
+from fairbench import bounds
 
 # The result keys of sglang.bench_serving 0.5.23 (the "Results" part of its result line),
 # written out here rather than imported, so the test does not trust the code it checks.
@@ -205,24 +209,36 @@ def test_wrong_output_length_is_an_error_not_a_data_point(sse_server: StartServe
     assert result.returncode == 1
 
 
-def test_unreachable_url_fails_within_the_connect_timeout(tmp_path: Path) -> None:
+def test_unreachable_url_fails_within_the_connect_timeout(tmp_path: Path, unaccepting_port: int) -> None:
     started = time.monotonic()
-    # 192.0.2.0/24 is TEST-NET-1: nothing answers, so the connect attempt times out.
     result = run_sweep(
-        "http://192.0.2.1:9",
+        f"http://127.0.0.1:{unaccepting_port}",
         tmp_path / "run",
-        "--input-len",
-        "8",
-        "--output-len",
-        "4",
-        "--concurrency",
-        "1",
-        "--connect-timeout",
-        "1",
+        *("--input-len", "8", "--output-len", "4", "--concurrency", "1", "--connect-timeout", "1"),
     )
     assert result.returncode == 1
     assert time.monotonic() - started < 15
-    assert "cannot reach http://192.0.2.1:9/v1/models within 1 s" in result.stderr
+    assert result.stderr == (
+        f"fairbench sweep: error: cannot reach http://127.0.0.1:{unaccepting_port}/v1/models: "
+        "no connection within 1 s\n"
+    )
+
+
+@pytest.fixture
+def unaccepting_port() -> Iterator[int]:
+    """A loopback port whose listener never accepts: its queue is full, so a connection attempt times out
+    (where an address that routes nowhere, such as TEST-NET-1, may be refused at once by a firewall)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = int(listener.getsockname()[1])
+        queued = [socket.socket() for _ in range(2)]
+        for sock in queued:
+            sock.setblocking(False)
+            sock.connect_ex(("127.0.0.1", port))
+        yield port
+        for sock in queued:
+            sock.close()
 
 
 def test_refused_connection_is_a_clear_error(tmp_path: Path, unused_port: int) -> None:
@@ -237,42 +253,74 @@ def test_refused_connection_is_a_clear_error(tmp_path: Path, unused_port: int) -
         "1",
     )
     assert result.returncode == 1
-    assert result.stderr.strip().startswith(
-        f"fairbench sweep: error: cannot reach http://127.0.0.1:{unused_port}"
+    assert result.stderr == (
+        f"fairbench sweep: error: cannot reach http://127.0.0.1:{unused_port}/v1/models: connection refused: "
+        f"nothing listens on 127.0.0.1:{unused_port}\n"
     )
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (
-            ["--concurrency", "1,x"],
-            "argument --concurrency: '1,x' must be a comma-separated list of integers",
-        ),
-        (["--concurrency", "0"], "argument --concurrency: '0' must list positive integers"),
-        (["--output-len", "-5"], "argument --output-len: '-5' must be positive"),
+        (["--concurrency", "1,x"], "argument --concurrency: '1,x': 'x' is not a number"),
+        (["--concurrency", "0"], f"argument --concurrency: '0': '0' {bounds.CONCURRENCY.problem(0)}"),
+        (["--output-len", "-5"], f"argument --output-len: '-5' {bounds.TOKENS.problem(-5)}"),
+        (["--input-len", "1e11"], f"argument --input-len: '1e11' {bounds.TOKENS.problem(1e11)}"),
         (["--prompts-per-level", "lots"], "argument --prompts-per-level: 'lots' is not a count"),
-        (["--url", "localhost:30000"], "--url: 'localhost:30000' must start with http:// or https://"),
-        (["--range-ratio", "1.5"], "--range-ratio: 1.5 must be in (0, 1]"),
+        (["--warmup", "infx"], f"argument --warmup: 'infx': N {bounds.COUNT_FACTOR.problem(math.inf)}"),
+        (
+            ["--concurrency", "100000", "--prompts-per-level", "1000x"],
+            f"--prompts-per-level: '1000x' at concurrency 100000: {bounds.REQUESTS.problem(10**8)}",
+        ),
+        (["--url", "localhost:30000"], "--url: 'localhost:30000': must start with http:// or https://"),
+        (["--url", "http://127.0.0.1:99999"], "--url: 'http://127.0.0.1:99999': Port out of range 0-65535"),
+        (["--url", "http://:8000"], "--url: 'http://:8000': names no host"),
+        (["--range-ratio", "1.5"], f"argument --range-ratio: '1.5' {bounds.SHARE.problem(1.5)}"),
+        (["--range-ratio", "nan"], f"argument --range-ratio: 'nan' {bounds.SHARE.problem(math.nan)}"),
+        (["--max-error-rate", "nan"], f"argument --max-error-rate: 'nan' {bounds.SHARE.problem(math.nan)}"),
+        (
+            ["--read-timeout", "nan"],
+            f"argument --read-timeout: 'nan' {bounds.READ_TIMEOUT_S.problem(math.nan)}",
+        ),
+        (
+            ["--read-timeout", "inf"],
+            f"argument --read-timeout: 'inf' {bounds.READ_TIMEOUT_S.problem(math.inf)}",
+        ),
+        (
+            ["--connect-timeout", "0"],
+            f"argument --connect-timeout: '0' {bounds.CONNECT_TIMEOUT_S.problem(0.0)}",
+        ),
+        (["--seed", "-1"], f"argument --seed: '-1' {bounds.SEED.problem(-1)}"),
+        (["--gpus", "0"], f"argument --gpus: '0' {bounds.GPUS.problem(0)}"),
         (["--energy-gpus", "0,1,0"], "argument --energy-gpus: '0,1,0' lists a GPU twice"),
+        (
+            ["--energy-gpus", "4096"],
+            f"argument --energy-gpus: '4096': '4096' {bounds.GPU_INDEX.problem(4096)}",
+        ),
+        (["--out", ""], "argument --out: an empty path would write into the current directory: name one"),
+        (
+            ["--remeasure-failed", "--out", "x"],
+            "--remeasure-failed: measures again points of a sweep already in --out: add --resume",
+        ),
     ],
 )
 def test_invalid_arguments_get_one_line_naming_the_argument(
     tmp_path: Path, args: list[str], message: str
 ) -> None:
-    base = {"--url": "http://127.0.0.1:9", "--input-len": "8", "--output-len": "4", "--concurrency": "1"}
-    base.update(dict(zip(args[::2], args[1::2], strict=True)))
-    flat = [item for pair in base.items() for item in pair]
+    base = ["--url", "http://127.0.0.1:9", "--input-len", "8", "--output-len", "4", "--concurrency", "1"]
     result = subprocess.run(
-        [*FAIRBENCH, "sweep", "--out", str(tmp_path / "run"), *flat],
+        [*FAIRBENCH, "sweep", "--out", str(tmp_path / "run"), *base, *args],
         capture_output=True,
         text=True,
         timeout=30,
         check=False,
+        cwd=tmp_path,
     )
     assert result.returncode == 2
+    assert result.stderr.startswith("fairbench sweep: error: ")
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert message in result.stderr
+    assert not list(tmp_path.iterdir())  # nothing written, not even the results directory
 
 
 def comparable(point: dict[str, Any]) -> tuple[Any, ...]:

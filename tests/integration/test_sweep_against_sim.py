@@ -437,6 +437,11 @@ def test_crash_after_n_requests_fails_the_rest_with_a_connection_error(tmp_path:
     assert "crash-after=20: crashing" in sim.log_text()
     assert result.returncode == 1, result.stderr  # C=4 completed nothing
     assert "Traceback" not in result.stderr
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith("fairbench sweep: error: c4-r0: every request failed to connect (connection failed: ")
+    )
     assert took < 30
     (c1, c1_records), (c2, c2_records), (c4, c4_records) = check_points(out, [1, 2, 4])
     # The first 20 requests are served: all 16 of C=1 and the first 4 of C=2, sent two at a time, unless
@@ -456,6 +461,44 @@ def test_crash_after_n_requests_fails_the_rest_with_a_connection_error(tmp_path:
     # With more than half its requests failed, a level stops early instead of trying every prompt.
     assert c2["stopped_early"] and c4["stopped_early"]
     assert len(c4_records) < c4["num_prompts"]
+
+
+def test_a_server_that_dies_stops_the_sweep_with_a_line_and_the_summary(tmp_path: Path) -> None:
+    """The levels after the first whose every request was refused are not tried: each would fail the same
+    way. What was measured is kept and shown."""
+    out = tmp_path / "run"
+    with running_sim(tmp_path, *generic("--sim-fault", "crash-after=20")) as sim:
+        result, took = timed_sweep(sim.url, out, *FAULT_WORKLOAD, "--concurrency", "1,2,4,8,16")
+        assert sim.process.wait(timeout=5) == 1, sim.log_text()
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    host = sim.url.removeprefix("http://")
+    assert result.stderr.strip().splitlines()[-1] == (
+        "fairbench sweep: error: c4-r0: every request failed to connect (connection failed: "
+        f"ClientConnectorError: Cannot connect to host {host} ssl:default [Connect call failed "
+        f"('127.0.0.1', {sim.url.rsplit(':', 1)[1]})]): the server is down; 2 point(s) not measured"
+    )
+    check_points(out, [1, 2, 4])
+    rows = [line.split() for line in result.stdout.splitlines() if line.split()[:1] in (["1"], ["2"], ["4"])]
+    assert len(rows) == 3 and rows[0][:3] == ["1", "0", "16"]
+    assert took < 30
+
+
+def test_flushing_the_cache_of_a_server_that_died_is_one_line_after_the_summary(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with running_sim(tmp_path, *generic("--sim-fault", "crash-after=20")) as sim:
+        # The server dies during C=2 (not all of whose requests fail), and is gone when C=4's flush is sent.
+        result, _ = timed_sweep(sim.url, out, *FAULT_WORKLOAD, "--concurrency", "1,2,4", "--flush-cache")
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    port = sim.url.rsplit(":", 1)[1]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"fairbench sweep: error: cannot reach {sim.url}/flush_cache: connection refused: nothing listens on "
+        f"127.0.0.1:{port}"
+    )
+    check_points(out, [1, 2])
+    table = [line.split()[:3] for line in result.stdout.splitlines()]
+    assert table[1:3] == [["1", "0", "16"], ["2", "0", table[2][2]]]  # the summary, under its header
 
 
 def test_hang_after_n_requests_stalls_them_and_the_read_timeout_ends_them(tmp_path: Path) -> None:

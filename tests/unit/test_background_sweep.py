@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 from pathlib import Path
 
@@ -10,7 +9,7 @@ import pytest
 
 from fairbench.ansible_support import SWEEP_LOG, SWEEP_PROGRESS, background_sweep, sweep, sweep_spec
 from fairbench.campaign import load_campaign
-from fairbench.results import ResultsError
+from fairbench.results import ResultsDir, ResultsError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -53,10 +52,11 @@ def test_unknown_job_fails_naming_it(tmp_path: Path) -> None:
 
 
 def test_a_second_sweep_into_a_directory_being_written_is_refused(tmp_path: Path) -> None:
-    # As a campaign re-run would meet the background sweep an interrupted run left going.
+    # As a campaign re-run would meet the background sweep an interrupted run left going: the lock is the
+    # results directory's own, the one fairbench sweep takes too.
     spec = sweep_spec(load_campaign(REPO / "campaigns/demo.yml").workload, "http://127.0.0.1:9")
-    with (tmp_path / SWEEP_LOG).open("a") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
-        with pytest.raises(ResultsError, match="another sweep is still writing"):
-            sweep(spec, tmp_path, check=False)
+    refused = pytest.raises(ResultsError, match=f"^{tmp_path}: another sweep is still writing here$")
+    with ResultsDir(tmp_path).writer(), refused:
+        sweep(spec, tmp_path, check=False)
     assert not (tmp_path / "points.jsonl").exists()
+    assert not (tmp_path / SWEEP_LOG).exists()

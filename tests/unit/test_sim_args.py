@@ -235,7 +235,8 @@ def test_faults_from_several_flags_combine() -> None:
         ),
         (
             ["--sim-fault", "crash-after=99999999999"],
-            "argument --sim-fault: crash-after: must be an integer from 0 to 10,000,000 requests, got 99999999999",
+            "argument --sim-fault: crash-after: must be an integer from 0 to 10,000,000 requests, "
+            "got 99999999999",
         ),
         (
             ["--sim-predict", "16,99999999999"],
@@ -276,7 +277,8 @@ def test_the_simulators_own_numbers_are_finite_and_within_a_real_runs_range(
         ),
         (
             ["--num-continuous-decode-steps", "100000000"],
-            "--num-continuous-decode-steps: must be an integer from 1 to 10,000,000 decode steps, got 100000000",
+            "--num-continuous-decode-steps: must be an integer from 1 to 10,000,000 decode steps, "
+            "got 100000000",
         ),
         (
             ["--decode-log-interval", "0"],

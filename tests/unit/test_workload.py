@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
 
+from fairbench.bounds import COUNT_FACTOR, REQUESTS
 from fairbench.vocabulary import Vocabulary
 from fairbench.workload import Workload, WorkloadError, WorkloadSpec, parse_count
 
@@ -97,14 +99,16 @@ def test_sharegpt_file_gives_first_human_turns(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("{not json", "not valid JSON"),
-        ('{"a": 1}', "must be a JSON list"),
-        ('[{"conversations": []}]', "no conversation with two or more turns"),
+        (b"{not json", "not valid JSON"),
+        (b'{"a": 1}', "must be a JSON list"),
+        (b'[{"conversations": []}]', "no conversation with two or more turns"),
+        (b"\x89PNG\r\n\x1a\n\x00\xff", r"not UTF-8 text \(invalid start byte at byte 0\)"),
+        (b"[" * 100_000, "nested too deeply to be a list of conversations"),
     ],
 )
-def test_bad_sharegpt_file_is_named_with_the_rule(tmp_path: Path, content: str, message: str) -> None:
+def test_bad_sharegpt_file_is_named_with_the_rule(tmp_path: Path, content: bytes, message: str) -> None:
     path = tmp_path / "bad.json"
-    path.write_text(content)
+    path.write_bytes(content)
     with pytest.raises(WorkloadError, match=message) as info:
         Workload(WorkloadSpec(input_len=10, output_len=5, dataset=str(path)))
     assert str(path) in str(info.value)
@@ -132,5 +136,25 @@ def test_parse_count() -> None:
     assert parse_count(25, 4) == 25
     with pytest.raises(WorkloadError, match="not a count"):
         parse_count("ten", 4)
-    with pytest.raises(WorkloadError, match="must not be negative"):
+    with pytest.raises(WorkloadError) as info:
         parse_count("-3", 4)
+    assert str(info.value) == f"'-3': {REQUESTS.problem(-3)}"
+
+
+@pytest.mark.parametrize(
+    ("count", "concurrency", "message"),
+    [
+        ("infx", 1, f"'infx': N {COUNT_FACTOR.problem(math.inf)}"),
+        ("nanx", 1, f"'nanx': N {COUNT_FACTOR.problem(math.nan)}"),
+        ("1e9x", 1, f"'1e9x': N {COUNT_FACTOR.problem(1e9)}"),
+        ("-1x", 1, f"'-1x': N {COUNT_FACTOR.problem(-1.0)}"),
+        ("20000000", 1, f"'20000000': {REQUESTS.problem(20_000_000)}"),
+        ("1000x", 100_000, f"'1000x' at concurrency 100000: {REQUESTS.problem(10**8)}"),
+    ],
+)
+def test_counts_beyond_their_bounds_are_refused_naming_the_bound(
+    count: str, concurrency: int, message: str
+) -> None:
+    with pytest.raises(WorkloadError) as info:
+        parse_count(count, concurrency)
+    assert str(info.value) == message

@@ -1,0 +1,186 @@
+"""The sweep's inputs, generated: every option's value and every results directory ends in the sweep's
+settings or one error line naming the option (or the file and line), never another exception."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import tempfile
+from contextlib import redirect_stderr
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from yarl import URL
+
+from fairbench import bounds
+from fairbench.cli import OneLineErrorParser, UsageError
+from fairbench.results import POINTS_FILE, SWEEP_FILE, ResultsDir, ResultsError
+from fairbench.sweep import SweepSpec
+from fairbench.sweep_cli import configure, spec_from_args, summary_table
+from fairbench.workload import parse_count
+
+FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROG = "fairbench sweep"
+
+VALID = {
+    "--url": "http://127.0.0.1:30000",
+    "--input-len": "64",
+    "--output-len": "8",
+    "--concurrency": "1,2",
+    "--out": "results/fuzz",
+}
+OPTIONS = sorted(
+    {*VALID}
+    | {"--api", "--model", "--api-key", "--dataset", "--range-ratio", "--prompts-per-level", "--warmup"}
+    | {"--repeats", "--seed", "--vocab-size", "--max-error-rate", "--gpus", "--energy-gpus"}
+    | {"--connect-timeout", "--read-timeout", "--progress"}
+)
+# Near misses of what each option takes, beside arbitrary text.
+TRICKY = ["nan", "-nan", "inf", "-inf", "infx", "nanx", "1e11", "1e308", "1e-400", "-0", "0", "0x10", " 7 "]
+TRICKY += ["1_000", "5x", "-1x", "1e9x", "1,2,x", ",", "1,,2", "0,0", "99999999999999999999", "٣", "\x00"]
+TRICKY += ["http://", "https://h:99999", "http://[::1", "http://a..b", "http://:1", "file:///x", "", "x\ny"]
+numbers = st.integers(-(2**70), 2**70).map(str) | st.floats().map(repr)
+values = (
+    st.text(max_size=30) | st.sampled_from(TRICKY) | numbers | st.lists(numbers, max_size=3).map(",".join)
+)
+
+
+def outcome(overrides: dict[str, str]) -> SweepSpec | str:
+    """The spec, or the error line that ``fairbench sweep`` prints; any other exception fails the test."""
+    parser = OneLineErrorParser(prog=PROG)
+    configure(parser)
+    argv = [f"{option}={value}" for option, value in {**VALID, **overrides}.items()]
+    stderr = io.StringIO()
+    try:
+        with redirect_stderr(stderr):
+            args = parser.parse_args(argv)
+    except SystemExit as exit_:
+        assert exit_.code == 2
+        return stderr.getvalue()
+    try:
+        return spec_from_args(args)
+    except UsageError as error:
+        return f"{PROG}: error: {error}\n"
+
+
+def assert_one_line_naming(result: SweepSpec | str, options: set[str]) -> None:
+    if isinstance(result, SweepSpec):
+        assert_usable(result)
+        return
+    assert result.startswith(f"{PROG}: error: ") and result.endswith("\n"), result
+    assert len(result.splitlines()) == 1, result
+    assert any(option in result for option in options), result
+
+
+def assert_usable(spec: SweepSpec) -> None:
+    """A spec the parser let through is one a sweep can run: each number within its bound, and a URL that
+    aiohttp (which reads it with yarl) can connect to."""
+    url = URL(spec.url)
+    assert url.scheme in ("http", "https") and url.host
+    url.host.encode("idna")
+    workload = spec.workload
+    checked = [
+        (bounds.TOKENS, workload.input_len),
+        (bounds.TOKENS, workload.output_len),
+        (bounds.SHARE, workload.range_ratio),
+        (bounds.SEED, workload.seed),
+        (bounds.SHARE, spec.max_error_rate),
+        (bounds.REPEATS, spec.repeats),
+        (bounds.CONNECT_TIMEOUT_S, spec.connect_timeout),
+        (bounds.READ_TIMEOUT_S, spec.read_timeout),
+        *((bounds.CONCURRENCY, level) for level in spec.concurrency),
+        *((bounds.GPU_INDEX, gpu) for gpu in spec.energy_gpus or []),
+        *((bounds.VOCABULARY, size) for size in [workload.vocab_size] if size is not None),
+        *((bounds.GPUS, gpus) for gpus in [spec.gpus] if gpus is not None),
+    ]
+    assert [(bound, value) for bound, value in checked if bound.problem(value)] == []
+    for count in (spec.prompts_per_level, spec.warmup):
+        parse_count(count, max(spec.concurrency))
+
+
+def test_the_valid_arguments_are_valid() -> None:
+    assert isinstance(outcome({}), SweepSpec)
+
+
+@FAST
+@given(st.sampled_from(OPTIONS), values)
+@example("--warmup", "infx")
+@example("--prompts-per-level", "1e9x")
+@example("--input-len", "1e11")
+@example("--read-timeout", "nan")
+@example("--connect-timeout", "inf")
+@example("--range-ratio", "nan")
+@example("--seed", "-1")
+@example("--dataset", "\x00")
+@example("--url", "http://[::1")
+@example("--url", "http://a..b")
+@example("--out", "")
+def test_any_value_of_one_option(option: str, value: str) -> None:
+    result = outcome({option: value})
+    assert_one_line_naming(result, {option})
+    if option == "--out" and not value:
+        assert isinstance(result, str)  # a sweep into the current directory by mistake
+
+
+@FAST
+@given(st.dictionaries(st.sampled_from(OPTIONS), values, min_size=2, max_size=5))
+def test_any_values_of_several_options(overrides: dict[str, str]) -> None:
+    assert_one_line_naming(outcome(overrides), set(overrides))
+
+
+# --- a results directory resumed ------------------------------------------------------------------------
+
+SETTINGS: dict[str, Any] = {"api": "completions", "model": "m", "concurrency": [1, 2], "repeats": 1}
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3)
+    ),
+    max_leaves=12,
+)
+point_ids = st.sampled_from(["c1-r0", "c2-r0"]) | st.text(max_size=4) | st.integers()
+points = st.fixed_dictionaries(
+    {"point_id": point_ids, "completed": st.integers(-1, 20) | json_values},
+    optional={"supersedes": st.fixed_dictionaries({"line": st.integers(0, 4)}) | json_values}
+    | {key: json_values for key in ("max_concurrency", "repeat", "failed", "output_throughput")},
+)
+point_lines = (points | json_values).map(lambda value: json.dumps(value).encode()) | st.binary(max_size=30)
+points_files = st.lists(point_lines, max_size=5).map(b"\n".join) | st.binary(max_size=60)
+sweep_files = (
+    st.just(json.dumps(SETTINGS).encode())
+    | st.dictionaries(st.sampled_from(sorted(SETTINGS)), json_values).map(lambda d: json.dumps(d).encode())
+    | json_values.map(lambda value: json.dumps(value).encode())
+    | st.binary(max_size=40)
+    | st.just(b"[" * 100_000)
+)
+
+
+@FAST
+@given(sweep_files | st.none(), points_files | st.none())
+def test_a_resumed_directory_is_usable_or_names_the_file_and_line(
+    sweep: bytes | None, points_file: bytes | None
+) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        root = Path(directory)
+        if sweep is not None:
+            (root / SWEEP_FILE).write_bytes(sweep)
+        if points_file is not None:
+            (root / POINTS_FILE).write_bytes(points_file)
+        results = ResultsDir(root)
+        try:
+            results.prepare(SETTINGS, resume=True)
+        except ResultsError as error:
+            named = (
+                rf"^({re.escape(str(root / SWEEP_FILE))}(:\d+)?|{re.escape(str(root / POINTS_FILE))}:\d+): "
+            )
+            assert re.match(named, str(error)), error
+            assert len(str(error).splitlines()) == 1, error
+            return
+        # What prepare let through, the sweep can use: each point once, and a summary of them.
+        found = results.points()
+        assert sorted(point["point_id"] for point in found) == sorted(results.completed_ids())
+        assert results.failed_ids() <= results.completed_ids()
+        summary_table(found)
