@@ -40,7 +40,15 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(
             f"{paths[0]} and {paths[1]} are runs of different campaigns ({runs[0].name}, {runs[1].name})"
         )
-    default_out = paths[0] if len(runs) == 1 else paths[1] / f"against-{runs[0].run_id}"
-    for path in write_report(runs, args.out or default_out):
+    out = args.out or (paths[0] if len(runs) == 1 else paths[1] / f"against-{runs[0].run_id}")
+    try:
+        written = write_report(runs, out)
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        raise UsageError(
+            f"{out}: cannot write the report there ({where}{exc.strerror or exc}); "
+            "--out DIR writes it elsewhere"
+        ) from None
+    for path in written:
         print(path)
     return 0

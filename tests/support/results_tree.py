@@ -199,3 +199,22 @@ def build_run(
             deviation = (deviations or {}).get(name, Deviation())
             run_config(campaign, config, host, run_dir / host / name, deviation)
     return run_dir
+
+
+DEMO = REPO / "campaigns" / "demo.yml"
+BRIEF_WORKLOAD = {
+    "input_len": 32,
+    "output_len": 16,
+    "prompts_per_level": "1x",
+    "warmup": 0,
+    "concurrency": [1, 4],
+    "repeats": 2,
+}
+
+
+def brief_run(results_root: Path, run_id: str = "brief") -> Path:
+    """A run of the demo campaign's tp8 and ep4 in about a second: two short levels, two repeats each."""
+    campaign = campaign_from(
+        DEMO, configs=["tp8", "ep4"], workload=BRIEF_WORKLOAD, sim={"sim-time-scale": 0.02}
+    )
+    return build_run(results_root, campaign, run_id)

@@ -39,24 +39,30 @@ def _lines(runs: Sequence[Run], headlines: Sequence[Sequence[Headline]]) -> list
     return lines
 
 
-def write_report(runs: Sequence[Run], out_dir: Path) -> list[Path]:
-    """report.md, report.html and plots/*.png of one run, or of run B against run A; returns their paths."""
-    headlines = [[headline(result) for result in run.results] for run in runs]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    plots = render_plots(_lines(runs, headlines), out_dir / PLOTS_DIR)
-    relative_plots = [plot.relative_to(out_dir) for plot in plots]
-    blocks: list[Block]
+def headlines(runs: Sequence[Run]) -> list[list[Headline]]:
+    return [[headline(result) for result in run.results] for run in runs]
+
+
+def report_blocks(
+    runs: Sequence[Run], lines: Sequence[Sequence[Headline]], plots: Sequence[Path]
+) -> tuple[str, list[Block]]:
+    """The title and blocks of one run's report, or of run B against run A; ``plots`` relative to it."""
     if len(runs) == 1:
         (run,) = runs
-        blocks = run_blocks(run, headlines[0], config_differences(run), relative_plots)
-        blocks += nccl_blocks(run)
-        title = f"{run.name}: run {run.run_id}"
-    else:
-        run_a, run_b = runs
-        pairs = run_differences(run_a, run_b)
-        blocks = comparison_blocks(run_a, run_b, (headlines[0], headlines[1]), pairs, relative_plots)
-        blocks += [block for run in runs for block in nccl_blocks(run, name_run=True)]
-        title = f"{run_b.name}: run {run_b.run_id} against run {run_a.run_id}"
+        blocks = run_blocks(run, lines[0], config_differences(run), plots) + nccl_blocks(run)
+        return f"{run.name}: run {run.run_id}", blocks
+    run_a, run_b = runs
+    blocks = comparison_blocks(run_a, run_b, (lines[0], lines[1]), run_differences(run_a, run_b), plots)
+    blocks += [block for run in runs for block in nccl_blocks(run, name_run=True)]
+    return f"{run_b.name}: run {run_b.run_id} against run {run_a.run_id}", blocks
+
+
+def write_report(runs: Sequence[Run], out_dir: Path) -> list[Path]:
+    """report.md, report.html and plots/*.png of one run, or of run B against run A; returns their paths."""
+    lines = headlines(runs)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plots = render_plots(_lines(runs, lines), out_dir / PLOTS_DIR)
+    title, blocks = report_blocks(runs, lines, [plot.relative_to(out_dir) for plot in plots])
     markdown_path = out_dir / "report.md"
     html_path = out_dir / "report.html"
     markdown_path.write_text(render_markdown(blocks), encoding="utf-8")

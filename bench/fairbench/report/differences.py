@@ -184,12 +184,26 @@ class SettingDifference:
 
 
 @dataclass(frozen=True)
+class Lacking:
+    """A source one side of a comparison does not have: its file is missing or unreadable."""
+
+    source: str
+    result: ConfigResult
+
+    @property
+    def why(self) -> str:
+        """``server_info.json missing``, or ``... unreadable``."""
+        file = SOURCE_FILES[self.source]
+        return f"{file} {'unreadable' if file in self.result.unreadable else 'missing'}"
+
+
+@dataclass(frozen=True)
 class PairDifferences:
     a: ConfigResult
     b: ConfigResult
     differences: list[SettingDifference]
-    not_compared: list[str]
-    """Sources missing on either side, e.g. ``server (no server_info.json for ep4)``."""
+    not_compared: list[Lacking]
+    """Each source missing on either side: none of its settings were compared."""
 
     def with_verdict(self, verdict: str) -> list[SettingDifference]:
         return [difference for difference in self.differences if difference.verdict == verdict]
@@ -243,7 +257,10 @@ def _gpus_by_index(host_info: Mapping[str, Any]) -> Mapping[str, Any]:
     gpu = host_info.get("gpu")
     if not isinstance(gpu, Mapping) or not isinstance(gpu.get("gpus"), list):
         return host_info
-    gpus = {str(entry.get("index", number)): entry for number, entry in enumerate(gpu["gpus"])}
+    gpus = {
+        str(entry.get("index", number) if isinstance(entry, Mapping) else number): entry
+        for number, entry in enumerate(gpu["gpus"])
+    }
     return {**host_info, "gpu": {**gpu, "gpus": gpus}}
 
 
@@ -314,13 +331,13 @@ def compare_settings(a: ConfigResult, b: ConfigResult, declared: Declared) -> Pa
     settings_a, settings_b = settings(a), settings(b)
     flags = (launch_flags(a.server_info), launch_flags(b.server_info))
     differences = []
-    not_compared = []
+    not_compared: list[Lacking] = []
     for source in SOURCES:
         side_a, side_b = settings_a[source], settings_b[source]
         if side_a is None or side_b is None:
-            lacking = [result for result, side in ((a, side_a), (b, side_b)) if side is None]
-            names = " and ".join(f"{result.host}/{result.name}" for result in lacking)
-            not_compared.append(f"{source} (no {SOURCE_FILES[source]} for {names})")
+            not_compared += [
+                Lacking(source, result) for result, side in ((a, side_a), (b, side_b)) if side is None
+            ]
             continue
         for name in sorted(side_a.keys() | side_b.keys()):
             value_a, value_b = _side_value(side_a, name), _side_value(side_b, name)

@@ -13,10 +13,17 @@ from pathlib import Path
 from typing import Any
 
 from fairbench.report.blocks import Alert, Block, BulletList, Figure, Heading, Paragraph, Preformatted, Table
-from fairbench.report.differences import IGNORED_FIELDS, PairDifferences, threats
+from fairbench.report.differences import IGNORED_FIELDS, PairDifferences, Threat, threats
+from fairbench.report.figures import (
+    ENERGY_COLUMNS,
+    LEVEL_COLUMNS,
+    THROUGHPUT,
+    TOKENS_PER_JOULE,
+    non_finite_text,
+)
 from fairbench.report.load import ConfigResult, Run
-from fairbench.report.summary import THROUGHPUT, Headline, Level, pairwise
-from fairbench.stats import Comparison, Estimate, compare, estimate
+from fairbench.report.summary import Headline, Level, compare_of, estimate_of, pairwise
+from fairbench.stats import Comparison, Estimate
 
 Label = Callable[[ConfigResult], str]
 
@@ -24,10 +31,19 @@ Label = Callable[[ConfigResult], str]
 # --- formatting ------------------------------------------------------------------------------------------
 
 
+MISSING_FIGURE = (
+    "`-`: not measured: the points lack the figure, or it is a latency (or the per-user speed) of a level "
+    "where no request completed."
+)
+
+
 def figure(value: Estimate | None, digits: int = 1) -> str:
-    """``1,234.5``, or ``1,234.5 ± 6.7`` (95 % CI) with repeats; ``-`` for no value."""
+    """``1,234.5``, or ``1,234.5 ± 6.7`` (95 % CI) with repeats; ``-`` for no value; ``NaN`` or ``inf``
+    for a value that is not finite (the first screen names its point)."""
     if value is None:
         return "-"
+    if not math.isfinite(value.mean):
+        return non_finite_text(value.mean)
     text = f"{value.mean:,.{digits}f}"
     return text if value.half_width is None else f"{text} ± {value.half_width:,.{digits}f}"
 
@@ -42,8 +58,11 @@ def setting_value(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-def change(comparison: Comparison) -> str:
-    """``+12.3 % (significant)``, ``-0.4 % (within noise)``, or untested with one repeat."""
+def change(comparison: Comparison | None) -> str:
+    """``+12.3 % (significant)``, ``-0.4 % (within noise)``, or untested with one repeat; not compared
+    where a value is not finite."""
+    if comparison is None:
+        return "not compared (a value is NaN or infinite)"
     amount = "from 0" if math.isinf(comparison.relative_pct) else f"{comparison.relative_pct:+.1f} %"
     if comparison.significant is None:
         return f"{amount} (one repeat: not tested)"
@@ -60,12 +79,7 @@ def _labeller(results: Sequence[ConfigResult]) -> Label:
 # --- the first screen ------------------------------------------------------------------------------------
 
 
-def _threat_alert(pairs: Sequence[PairDifferences], label: Label, title: str) -> Alert:
-    found = threats(pairs)
-    if not found:
-        return Alert(
-            "note", "No undeclared differences: every setting that differs was declared by the campaign."
-        )
+def _threat_alert(found: Sequence[Threat], label: Label, title: str) -> Alert:
     items = []
     for threat in found:
         by_value: dict[str, list[str]] = {}
@@ -74,6 +88,55 @@ def _threat_alert(pairs: Sequence[PairDifferences], label: Label, title: str) ->
         values = "; ".join(f"{', '.join(names)}: `{value}`" for value, names in by_value.items())
         items.append(f"{threat.source} `{threat.name}`: {values}")
     return Alert("threat", title.format(count=len(found)), items)
+
+
+def _unchecked(pairs: Sequence[PairDifferences], label: Label) -> list[str]:
+    """Each config with a source that could not be compared, and why: ``**ep4**: server (... missing)``."""
+    lacking: dict[int, tuple[ConfigResult, dict[str, str]]] = {}
+    for pair in pairs:
+        for item in pair.not_compared:
+            lacking.setdefault(id(item.result), (item.result, {}))[1][item.source] = item.why
+    return [
+        f"**{label(result)}**: " + ", ".join(f"{source} ({why})" for source, why in sources.items())
+        for result, sources in lacking.values()
+    ]
+
+
+def _fairness_alerts(pairs: Sequence[PairDifferences], label: Label, title: str) -> list[Alert]:
+    """The verdict: the undeclared differences, and the settings that could not be compared at all; no
+    undeclared differences only when every setting was compared."""
+    found, unchecked = threats(pairs), _unchecked(pairs, label)
+    alerts = [_threat_alert(found, label, title)] if found else []
+    if unchecked:
+        alerts.append(
+            Alert(
+                "warning",
+                f"Not fully checked: {len(unchecked)} config(s) lack settings that the comparison reads, "
+                "so an undeclared difference in them would go unseen.",
+                unchecked,
+            )
+        )
+    return alerts or [
+        Alert("note", "No undeclared differences: every setting that differs was declared by the campaign.")
+    ]
+
+
+def _file_alerts(results: Sequence[ConfigResult]) -> list[Alert]:
+    """What of the results files could not be used (the rest is shown), and incomplete last lines."""
+    problems = [problem for result in results for problem in result.problems]
+    notes = [note for result in results for note in result.notes]
+    alerts = []
+    if problems:
+        alerts.append(
+            Alert(
+                "warning",
+                "Problems in the results files (the report shows everything else they hold):",
+                problems,
+            )
+        )
+    if notes:
+        alerts.append(Alert("note", "Interrupted writes:", notes))
+    return alerts
 
 
 def _failed_alert(results: Sequence[ConfigResult], label: Label) -> Alert | None:
@@ -105,7 +168,7 @@ def _confidence_alert(repeats: int) -> Alert:
 
 def _first_screen(run: Run, pairs: Sequence[PairDifferences], label: Label) -> list[Block]:
     blocks: list[Block] = [
-        _threat_alert(
+        *_fairness_alerts(
             pairs,
             label,
             "Not a fair comparison: {count} setting(s) differ between configs without the campaign "
@@ -115,6 +178,7 @@ def _first_screen(run: Run, pairs: Sequence[PairDifferences], label: Label) -> l
     failed = _failed_alert(run.results, label)
     if failed:
         blocks.append(failed)
+    blocks += _file_alerts(run.results)
     if run.campaign.get("warnings"):
         blocks.append(Alert("warning", "The campaign's own warnings:", list(run.campaign["warnings"])))
     blocks.append(_confidence_alert(int(run.campaign["workload"].get("repeats", 1))))
@@ -167,7 +231,7 @@ def headline_table(headlines: Sequence[Headline], label: Label) -> Table:
                 + _at(line, first, THROUGHPUT),
                 _at(line, peak, THROUGHPUT),
                 str(peak.concurrency) if peak else "-",
-                figure(estimate(per_gpu) if per_gpu else None),
+                figure(estimate_of(per_gpu)),
                 f"{_at(line, first, 'median_ttft_ms')} / {_at(line, first, 'p99_ttft_ms')}",
                 _at(line, first, "median_tpot_ms", 2),
                 f"{_at(line, peak, 'median_ttft_ms')} / {_at(line, peak, 'p99_ttft_ms')}",
@@ -177,27 +241,6 @@ def headline_table(headlines: Sequence[Headline], label: Label) -> Table:
             ]
         )
     return Table(header, rows, [False, False, *[True] * (len(header) - 2)])
-
-
-LEVEL_COLUMNS = (
-    ("out tok/s", THROUGHPUT, 1),
-    ("steady out tok/s", "steady_output_throughput", 1),
-    ("tok/s per user", "per_user_tps", 1),
-    ("TTFT p50 ms", "median_ttft_ms", 1),
-    ("TTFT p99 ms", "p99_ttft_ms", 1),
-    ("TPOT p50 ms", "median_tpot_ms", 2),
-    ("ITL p50 ms", "median_itl_ms", 2),
-    ("E2E p50 ms", "median_e2e_latency_ms", 1),
-    ("completed", "completed", 0),
-    ("failed", "failed", 0),
-)
-TOKENS_PER_JOULE = "output_tokens_per_j"
-# GPU energy (NVML, during the measured loop): columns only for a config whose points have it.
-ENERGY_COLUMNS = (
-    ("GPU energy J", "gpu_energy_j", 0),
-    ("GPU mean W", "gpu_mean_power_w", 0),
-    ("out tok/J", TOKENS_PER_JOULE, 2),
-)
 
 
 def _has_energy(points: Sequence[dict[str, Any]]) -> bool:
@@ -243,7 +286,8 @@ def difference_blocks(pairs: Sequence[PairDifferences], label: Label, heading_le
             continue
         blocks.append(Heading(heading_level, title))
         if pair.not_compared:
-            blocks.append(Paragraph("Not compared: " + "; ".join(pair.not_compared) + "."))
+            lacking = [f"{item.source} ({item.why} for {label(item.result)})" for item in pair.not_compared]
+            blocks.append(Paragraph("Not compared: " + "; ".join(lacking) + "."))
         if pair.differences:
             rows = [
                 [
@@ -325,7 +369,7 @@ def run_blocks(
     blocks += [Heading(2, "What differed"), _differences_intro("between each pair of configs (and hosts)")]
     blocks += difference_blocks(pairs, label, 3)
     blocks += [Heading(3, "Not compared, and why"), ignored_fields_table()]
-    blocks.append(Heading(2, "Every concurrency level"))
+    blocks += [Heading(2, "Every concurrency level"), Paragraph(MISSING_FIGURE)]
     for line in headlines:
         blocks += [
             Heading(3, label(line.result)),
@@ -366,18 +410,17 @@ def comparison_blocks(
         if run_a.campaign != run_b.campaign
         else [_campaign_line(run_b)]
     )
-    blocks.append(
-        _threat_alert(
-            pairs,
-            owner,
-            "{count} setting(s) differ between the runs without campaign.json saying so: if one is the "
-            "change under test, the comparison measures it; any other is a threat.",
-        )
+    blocks += _fairness_alerts(
+        pairs,
+        owner,
+        "{count} setting(s) differ between the runs without campaign.json saying so: if one is the "
+        "change under test, the comparison measures it; any other is a threat.",
     )
     for run in (run_a, run_b):
         failed = _failed_alert(run.results, in_run(run))
         if failed:
             blocks.append(failed)
+    blocks += _file_alerts([*run_a.results, *run_b.results])
     repeats = min(int(run.campaign["workload"].get("repeats", 1)) for run in (run_a, run_b))
     blocks.append(_confidence_alert(repeats))
     in_b = {(line.result.host, line.result.name): line for line in headlines[1]}
@@ -395,7 +438,7 @@ def comparison_blocks(
             row += [
                 f"{figure(level_a.estimate(THROUGHPUT))} (C={level_a.concurrency})",
                 f"{figure(level_b.estimate(THROUGHPUT))} (C={level_b.concurrency})",
-                change(compare(level_b.values(THROUGHPUT), level_a.values(THROUGHPUT))),
+                change(compare_of(level_b.values(THROUGHPUT), level_a.values(THROUGHPUT))),
             ]
         rows.append(row)
     header = ["config", "status A / B"]

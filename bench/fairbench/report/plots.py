@@ -7,12 +7,14 @@ in every plot; a second host or run of the same config keeps the colour and chan
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
-from fairbench.report.summary import THROUGHPUT, Level, pareto_frontier
+from fairbench.report.figures import PER_USER, THROUGHPUT
+from fairbench.report.summary import Level, pareto_frontier
 from fairbench.stats import Estimate
 
 if TYPE_CHECKING:
@@ -38,10 +40,15 @@ class Line:
     levels: list[Level]
 
     def series(self, key: str) -> tuple[list[int], list[Estimate]]:
-        """Concurrency levels that have ``key``, and its estimate at each."""
+        """Concurrency levels that have a finite ``key``, and its estimate at each (the report's tables
+        show the values that are not finite)."""
         found = [(level.concurrency, level.estimate(key)) for level in self.levels]
-        pairs = [(concurrency, value) for concurrency, value in found if value is not None]
+        pairs = [(concurrency, value) for concurrency, value in found if _drawable(value)]
         return [concurrency for concurrency, _ in pairs], [value for _, value in pairs]
+
+
+def _drawable(value: Estimate | None) -> TypeGuard[Estimate]:
+    return value is not None and math.isfinite(value.mean)
 
 
 def color_of(config: str, configs: Sequence[str]) -> str:
@@ -106,10 +113,9 @@ def pareto_plot(lines: Sequence[Line], path: Path) -> Path:
     every_point = []
     for line in lines:
         levels = [
-            (level.concurrency, level.estimate(THROUGHPUT), level.estimate("per_user_tps"))
-            for level in line.levels
+            (level.concurrency, level.estimate(THROUGHPUT), level.estimate(PER_USER)) for level in line.levels
         ]
-        drawn = [(c, x.mean, y.mean) for c, x, y in levels if x is not None and y is not None]
+        drawn = [(c, x.mean, y.mean) for c, x, y in levels if _drawable(x) and _drawable(y)]
         every_point += [(x, y) for _, x, y in drawn]
         axes.plot(
             [x for _, x, _ in drawn],

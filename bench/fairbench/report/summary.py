@@ -7,15 +7,30 @@ Every figure is a metric of ``points.jsonl`` (see metrics.py) estimated over the
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fairbench.report.load import ConfigResult
+from fairbench.report.figures import OF_COMPLETED, PER_GPU, THROUGHPUT
+from fairbench.report.load import ConfigResult, is_whole
 from fairbench.stats import Comparison, Estimate, compare, estimate
 
-THROUGHPUT = "output_throughput"
-PER_GPU = "output_throughput_per_gpu"
+
+def estimate_of(values: Sequence[float]) -> Estimate | None:
+    """The estimate of ``values``; None for none. With a value that is not finite, that value without an
+    interval: their sum, which is NaN when one is NaN or both infinities occur, else that infinity."""
+    if not values:
+        return None
+    odd = [value for value in values if not math.isfinite(value)]
+    return Estimate(sum(odd), None, len(values)) if odd else estimate(values)
+
+
+def compare_of(values_a: Sequence[float], values_b: Sequence[float]) -> Comparison | None:
+    """A against B (``stats.compare``); None when a side has no values or one that is not finite."""
+    if not values_a or not values_b or not all(map(math.isfinite, [*values_a, *values_b])):
+        return None
+    return compare(values_a, values_b)
 
 
 @dataclass(frozen=True)
@@ -26,11 +41,16 @@ class Level:
     points: tuple[dict[str, Any], ...]
 
     def values(self, key: str) -> list[float]:
-        return [float(point[key]) for point in self.points if point.get(key) is not None]
+        """Each repeat's ``key``, where it has one: a statistic of the completed requests has none at a
+        point where nothing completed."""
+        return [
+            float(point[key])
+            for point in self.points
+            if point.get(key) is not None and not (key in OF_COMPLETED and point.get("completed") == 0)
+        ]
 
     def estimate(self, key: str) -> Estimate | None:
-        values = self.values(key)
-        return estimate(values) if values else None
+        return estimate_of(self.values(key))
 
 
 def levels(points: Sequence[dict[str, Any]]) -> list[Level]:
@@ -44,10 +64,13 @@ def levels(points: Sequence[dict[str, Any]]) -> list[Level]:
 def serving_gpus(server_info: dict[str, Any] | None) -> int | None:
     """GPUs one server uses, from its /server_info: tp_size * pp_size, times dp_size unless data-parallel
     attention runs the dp ranks inside the tp group (then they share its GPUs). None without the info."""
-    if not server_info or not isinstance(server_info.get("tp_size"), int):
+    if not server_info:
         return None
-    replicas = 1 if server_info.get("enable_dp_attention") else int(server_info.get("dp_size") or 1)
-    return int(server_info["tp_size"]) * int(server_info.get("pp_size") or 1) * replicas
+    sizes = [server_info.get("tp_size"), server_info.get("pp_size") or 1]
+    if not server_info.get("enable_dp_attention"):
+        sizes.append(server_info.get("dp_size") or 1)
+    counts = [size for size in sizes if isinstance(size, int) and is_whole(size, 1)]
+    return math.prod(counts) if len(counts) == len(sizes) else None
 
 
 @dataclass(frozen=True)
@@ -81,8 +104,9 @@ class Headline:
 
 
 def _mean_throughput(level: Level) -> float:
+    """The level's mean output throughput; a level without one, or with NaN, is never the peak."""
     found = level.estimate(THROUGHPUT)
-    return found.mean if found else 0.0
+    return found.mean if found and not math.isnan(found.mean) else -math.inf
 
 
 def headline(result: ConfigResult) -> Headline:
@@ -95,7 +119,7 @@ def headline(result: ConfigResult) -> Headline:
         first=config_levels[0] if config_levels else None,
         peak=peak,
         errors=sum(int(point.get("failed", 0)) for point in result.points),
-        gpus=int(sweep_gpus) if sweep_gpus else serving_gpus(result.server_info),
+        gpus=sweep_gpus if is_whole(sweep_gpus, 1) else serving_gpus(result.server_info),
     )
 
 
@@ -105,7 +129,8 @@ class PairComparison:
     b: Headline
     figure: str
     """``first`` or ``peak``: which level of each config is compared (each at its own concurrency)."""
-    comparison: Comparison
+    comparison: Comparison | None
+    """None where a value is not finite (``compare_of``)."""
 
 
 def pairwise(headlines: Sequence[Headline]) -> list[PairComparison]:
@@ -118,7 +143,7 @@ def pairwise(headlines: Sequence[Headline]) -> list[PairComparison]:
     for a, b in itertools.combinations(measured, 2):
         for figure in ("first", "peak"):
             values_a, values_b = (line.level(figure).values(THROUGHPUT) for line in (a, b))
-            comparisons.append(PairComparison(a, b, figure, compare(values_a, values_b)))
+            comparisons.append(PairComparison(a, b, figure, compare_of(values_a, values_b)))
     return comparisons
 
 

@@ -1,0 +1,44 @@
+"""The figures of a point that the report reads, each a number in points.jsonl (metrics.py defines them),
+and the columns that show them."""
+
+from __future__ import annotations
+
+import math
+
+THROUGHPUT = "output_throughput"
+PER_GPU = "output_throughput_per_gpu"
+PER_USER = "per_user_tps"
+TOKENS_PER_JOULE = "output_tokens_per_j"
+
+Column = tuple[str, str, int]
+"""A table column: its title, the point's key, the digits shown."""
+
+LEVEL_COLUMNS: tuple[Column, ...] = (
+    ("out tok/s", THROUGHPUT, 1),
+    ("steady out tok/s", "steady_output_throughput", 1),
+    ("tok/s per user", PER_USER, 1),
+    ("TTFT p50 ms", "median_ttft_ms", 1),
+    ("TTFT p99 ms", "p99_ttft_ms", 1),
+    ("TPOT p50 ms", "median_tpot_ms", 2),
+    ("ITL p50 ms", "median_itl_ms", 2),
+    ("E2E p50 ms", "median_e2e_latency_ms", 1),
+    ("completed", "completed", 0),
+    ("failed", "failed", 0),
+)
+# GPU energy (NVML, during the measured loop): columns only for a config whose points have it.
+ENERGY_COLUMNS: tuple[Column, ...] = (
+    ("GPU energy J", "gpu_energy_j", 0),
+    ("GPU mean W", "gpu_mean_power_w", 0),
+    ("out tok/J", TOKENS_PER_JOULE, 2),
+)
+
+FIGURES = frozenset({key for _, key, _ in LEVEL_COLUMNS + ENERGY_COLUMNS} | {PER_GPU})
+"""Every key of a point that the report reads as a number."""
+OF_COMPLETED = frozenset({key for key in FIGURES if key.endswith("_ms")} | {PER_USER})
+"""Figures that are statistics of the completed requests (latencies and the per-user speed): metrics.py
+writes 0 for them when none completed, and that 0 measured nothing."""
+
+
+def non_finite_text(value: float) -> str:
+    """How the report writes a figure that is not a finite number: ``NaN``, ``inf`` or ``-inf``."""
+    return "NaN" if math.isnan(value) else ("inf" if value > 0 else "-inf")
