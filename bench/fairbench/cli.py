@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -50,10 +51,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         command_parser = OneLineErrorParser(prog=f"fairbench {name}", description=COMMANDS[name][1])
         module.configure(command_parser)
         args = command_parser.parse_args(argv[1:])
-        return int(module.run(args))
+        code = int(module.run(args))
+        sys.stdout.flush()  # here, where a reader gone away is caught, rather than at exit
+        return code
     except UsageError as exc:
         print(f"fairbench {name}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"fairbench {name}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (``fairbench validate ... | head``): nothing more can be said to it, and
+        # Python's flush at exit would fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
