@@ -237,7 +237,17 @@ class ResultsDir:
         previous = self._current().get(pid)
         if previous is not None:
             point = {**point, SUPERSEDES: self._keep_records(pid, previous)}
-        final = self.requests_path(pid)
+        try:
+            self._append(point, records)
+        except OSError as exc:  # a full disk, a quota, a file gone read-only
+            where = exc.filename or self.root
+            raise ResultsError(
+                f"{where}: cannot write point {pid}: {exc.strerror or exc}; the points before it are kept"
+            ) from None
+        return point
+
+    def _append(self, point: dict[str, Any], records: Iterable[RequestRecord]) -> None:
+        final = self.requests_path(point["point_id"])
         tmp = final.with_name(final.name + ".tmp")
         # compresslevel 1: records are mostly integers; level 9 costs 5x the CPU for ~10 % less.
         with gzip.open(tmp, "wt", compresslevel=1) as handle:
@@ -250,7 +260,6 @@ class ResultsDir:
             handle.write(json.dumps(point) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
-        return point
 
     def _keep_records(self, pid: str, previous: tuple[int, dict[str, Any]]) -> dict[str, Any]:
         """Give the records of the point on line ``number`` a name of their own before its successor's

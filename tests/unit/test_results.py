@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import resource
+import signal
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,25 @@ def test_point_and_its_records_round_trip(tmp_path: Path) -> None:
     assert results.completed_ids() == {"c2-r0"}
     assert results.read_requests("c2-r0") == [record(0), record(1)]
     assert not list(results.requests_dir.glob("*.tmp"))
+
+
+def test_a_full_disk_fails_the_point_in_one_line_and_keeps_the_points_before(tmp_path: Path) -> None:
+    results = ResultsDir(tmp_path)
+    results.prepare(SETTINGS, resume=False)
+    results.write_point({"point_id": "c1-r0", "completed": 1}, [record(0)])
+    kept = results.points()
+    # No file may grow past what points.jsonl holds: the next write fails as on a full disk (EFBIG, as
+    # SIGXFSZ is ignored, instead of ENOSPC).
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (results.points_path.stat().st_size, limits[1]))
+    try:
+        with pytest.raises(ResultsError, match=r": cannot write point c2-r0: File too large; the points"):
+            results.write_point({"point_id": "c2-r0", "completed": 1}, [record(0)] * 100)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        signal.signal(signal.SIGXFSZ, handler)
+    assert results.points() == kept
 
 
 def test_torn_last_line_is_cut_on_prepare(tmp_path: Path) -> None:
