@@ -44,7 +44,9 @@ from __future__ import annotations
 import argparse
 import difflib
 import math
+import os
 import re
+import stat
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -327,7 +329,11 @@ def load_campaign(path: str | Path) -> Campaign:
     source = str(path)
     _check_source(source)
     try:
-        with Path(path).open("rb") as file:
+        # Without a writer, a FIFO would block the open (and the read) forever: O_NONBLOCK, then only
+        # a regular file is read.
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as file:
+            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+                raise CampaignError([f"{source}: not a regular file"])
             data = file.read(MAX_CAMPAIGN_BYTES + 1)  # no more: a huge file is refused unread
     except OSError as exc:
         raise CampaignError([f"{source}: cannot read: {exc.strerror or exc}"]) from None

@@ -74,6 +74,14 @@ def test_a_huge_file_is_refused_unread(tmp_path: Path) -> None:
     assert caught.value.messages == [f"{path}: {TOO_LARGE}"]
 
 
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:
+    path = tmp_path / "campaign.yml"
+    os.mkfifo(path)
+    with pytest.raises(CampaignError) as caught:
+        load_campaign(path)
+    assert caught.value.messages == [f"{path}: not a regular file"]
+
+
 # --- YAML nodes and aliases -----------------------------------------------------------------------
 
 
