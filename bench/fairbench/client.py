@@ -27,6 +27,7 @@ APIS = ("completions", "chat", "generate")
 ERROR_EXCERPT_CHARS = 300
 READ_BUFFER_BYTES = 4 * 1024 * 1024
 CONNECTION_FAILED = "connection failed: "
+STALLED = "stalled: "
 """How a request's error starts when the connection failed (refused, reset, cut mid-stream)."""
 PLAIN_HTTP_HINT = "if the server speaks plain HTTP, use http://"
 
@@ -415,7 +416,7 @@ class StreamClient:
                 raise
             if hasattr(task, "uncancel"):  # Python 3.11+: this cancellation is handled
                 task.uncancel()
-            record.error = f"stalled: no data for {self.read_timeout:g} s"
+            record.error = f"{STALLED}no data for {self.read_timeout:g} s"
         finally:
             self._in_flight.discard(watched)
         if record.error:

@@ -20,7 +20,7 @@ from time import perf_counter, perf_counter_ns
 from typing import Any
 
 from fairbench import __version__
-from fairbench.client import CONNECTION_FAILED, ApiFormat, ServerUnreachable, StreamClient
+from fairbench.client import CONNECTION_FAILED, STALLED, ApiFormat, ServerUnreachable, StreamClient
 from fairbench.energy import EnergySampler, EnergyUnavailable, GpuEnergy, optional_sampler, point_fields
 from fairbench.metrics import point_metrics
 from fairbench.progress import Progress
@@ -176,14 +176,21 @@ async def run_closed_loop(
     return records, stopped
 
 
+# The errors that, when every request of a point ended in one, say the server itself is gone or hung, so
+# that each point after it would fail the same way (waiting out the read timeout, for a hung one).
+_SERVER_GONE = {
+    CONNECTION_FAILED: ("failed to connect", "the server is down"),
+    STALLED: ("stalled", "the server stopped answering"),
+}
+
+
 def _stop_when_unreachable(pid: str, records: list[RequestRecord], *, left: int) -> None:
-    """Raise ServerUnreachable when every request of the point just written failed to connect: the server is
-    gone, and the ``left`` points after it would fail the same way, each as fast."""
-    if records and all(record.error.startswith(CONNECTION_FAILED) for record in records):
-        rest = f"; {left} point(s) not measured" if left else ""
-        raise ServerUnreachable(
-            f"{pid}: every request failed to connect ({records[0].error}): the server is down{rest}"
-        )
+    """Raise ServerUnreachable when every request of the point just written failed to connect, or stalled:
+    the ``left`` points after it are not tried."""
+    for prefix, (failed, state) in _SERVER_GONE.items():
+        if records and all(record.error.startswith(prefix) for record in records):
+            rest = f"; {left} point(s) not measured" if left else ""
+            raise ServerUnreachable(f"{pid}: every request {failed} ({records[0].error}): {state}{rest}")
 
 
 class Sweep:
@@ -226,7 +233,7 @@ class Sweep:
         point lines written by this call.
 
         Raises ServerUnreachable when the server cannot be used, and once a point's every request failed
-        to connect: the server is gone, and each point after it would fail the same way.
+        to connect or stalled: the server is gone or hung, and each point after it would fail the same way.
         """
         with self.results.writer():
             todo = self.todo(remeasure_failed=remeasure_failed)

@@ -507,12 +507,17 @@ def test_hang_after_n_requests_stalls_them_and_the_read_timeout_ends_them(tmp_pa
     flags = generic("--sim-fault", "hang-after=17", "--sim-time-scale", "5")
     with running_sim(tmp_path, *flags) as sim:
         result, took = timed_sweep(
-            sim.url, out, *FAULT_WORKLOAD, "--concurrency", "1,2", "--read-timeout", "0.5"
+            sim.url, out, *FAULT_WORKLOAD, "--concurrency", "1,2,4", "--read-timeout", "0.5"
         )
         assert sim.process.poll() is None, "a hung server is still running"
     assert "hang-after=17: hanging" in sim.log_text()
     assert result.returncode == 1, result.stderr  # C=2 completed nothing
     assert "Traceback" not in result.stderr
+    # Every request of C=2 stalled: C=4 would only wait out the read timeout the same way.
+    assert result.stderr.strip().splitlines()[-1] == (
+        "fairbench sweep: error: c2-r0: every request stalled (stalled: no data for 0.5 s): the server "
+        "stopped answering; 1 point(s) not measured"
+    )
     (c1, _), (c2, c2_records) = check_points(out, [1, 2])
     assert (c1["completed"], c2["completed"]) == (16, 0)
     # Request 17 stalled mid-stream, 18 and the ones after it before their first byte: all the same way.
