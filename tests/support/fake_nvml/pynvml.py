@@ -47,6 +47,8 @@ class FakeGpu:
     """Power readings that succeed before every later one raises GPU_IS_LOST."""
     power_reads: int = 0
     born_ns: int = field(default_factory=perf_counter_ns)
+    counter_reads_ns: list[int] = field(default_factory=list)
+    """The instant of every energy counter reading, which its value follows from exactly."""
 
 
 @dataclass
@@ -119,4 +121,5 @@ def nvmlDeviceGetTotalEnergyConsumption(handle: int) -> int:
     if not gpu.counter:
         raise NVMLError_NotSupported()
     watts = gpu.watts if gpu.counter_watts is None else gpu.counter_watts
-    return COUNTER_ORIGIN_MJ + round(watts * (perf_counter_ns() - gpu.born_ns) / 1e6)
+    gpu.counter_reads_ns.append(perf_counter_ns())
+    return COUNTER_ORIGIN_MJ + round(watts * (gpu.counter_reads_ns[-1] - gpu.born_ns) / 1e6)
