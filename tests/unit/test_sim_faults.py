@@ -17,11 +17,28 @@ def test_a_spec_may_hold_several_faults_and_later_flags_override_earlier_ones() 
 
 
 @pytest.mark.parametrize(
-    "spec", ["crash-after=-1", "hang-after=x", "http-500-rate=1.5", "malformed-every=0", "slow-start=-2"]
+    ("spec", "message"),
+    [
+        ("hang-after=x", "'hang-after=x': not a valid value for hang-after"),
+        ("slow-start=", "'slow-start=': not a valid value for slow-start"),
+        ("crash-after=-1", "crash-after: must be an integer from 0 to 10,000,000 requests, got -1"),
+        (
+            "hang-after=99999999999",
+            "hang-after: must be an integer from 0 to 10,000,000 requests, got 99999999999",
+        ),
+        ("http-500-rate=1.5", "http-500-rate: must be a number from 0 to 1 (a share), got 1.5"),
+        ("http-500-rate=nan", "http-500-rate: must be a finite number, got nan"),
+        ("slow-start=-2", "slow-start: must be a number from 0 to 604800 seconds, got -2"),
+        ("slow-start=inf", "slow-start: must be a finite number, got inf"),
+        ("malformed-every=0", "malformed-every: must be at least 1, got 0"),
+    ],
 )
-def test_out_of_range_values_are_usage_errors(spec: str) -> None:
-    with pytest.raises(argparse.ArgumentTypeError, match="not a valid value"):
+def test_a_value_that_is_no_number_or_outside_a_real_runs_range_is_a_usage_error(
+    spec: str, message: str
+) -> None:
+    with pytest.raises(argparse.ArgumentTypeError) as error:
         parse_fault_spec(spec)
+    assert str(error.value) == message
 
 
 def test_crash_after_n_lets_n_requests_through() -> None:

@@ -65,6 +65,15 @@ def test_a_profile_file_can_be_given_by_path(tmp_path: Path) -> None:
             "layouts.default.k_ms: a number is required, got None",
         ),
         (lambda d: d["layouts"]["default"].update(t0_ms=0), "layouts.default.t0_ms: must be positive"),
+        (
+            lambda d: d["layouts"]["default"].update(t0_ms=float("nan")),
+            "layouts.default.t0_ms: must be a finite number, got nan",
+        ),
+        (lambda d: d.update(context_length=float("inf")), "context_length: must be a finite number, got inf"),
+        (
+            lambda d: d["defaults"].update(max_running_requests=10**400),
+            "defaults.max_running_requests: must be a finite number, got an integer too large for a float",
+        ),
         (lambda d: d["defaults"].update(max_running_requests=2.5), "max_running_requests: must be a whole"),
         (lambda d: d["speculative"].update(acceptance_rate=1.0), "acceptance_rate: must be below 1"),
         (lambda d: d.update(layouts={}), "layouts: at least one layout is required"),
@@ -76,6 +85,36 @@ def test_a_malformed_profile_names_the_key_and_the_rule(change: Any, message: st
     change(data)
     with pytest.raises(ProfileError, match=f"profile broken: .*{message}"):
         parse_profile("broken", data)
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (": : not [yaml\n", "not valid YAML: expected <block end>, but found ':' (line 1, column 1)"),
+        ("a: \x00\n", "not valid YAML: unacceptable character #x0000: special characters are not allowed"),
+        ("context_length: 1" + "0" * 5000, "not valid YAML: Exceeds the limit (4300 digits)"),
+        (b"\xff", "'utf-8' codec can't decode byte 0xff in position 0"),
+    ],
+)
+def test_a_profile_file_that_cannot_be_read_is_refused_in_one_line_naming_it(
+    tmp_path: Path, content: str | bytes, problem: str
+) -> None:
+    path = tmp_path / "broken.yaml"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    with pytest.raises(ProfileError) as error:
+        load_profile(str(path))
+    assert str(error.value).startswith(f"{path}: {problem}")
+    assert "\n" not in str(error.value)
+
+
+def test_a_profile_path_the_system_refuses_is_a_profile_error_naming_it(tmp_path: Path) -> None:
+    path = str(tmp_path / ("p" * 300 + ".yaml"))
+    with pytest.raises(ProfileError) as error:
+        load_profile(path)
+    assert str(error.value) == f"{path}: File name too long"
 
 
 def test_an_unknown_profile_lists_the_builtin_ones() -> None:

@@ -16,17 +16,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from decimal import Decimal
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from fairbench import bounds
 from fairbench.bounds import Bound
@@ -270,7 +267,7 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--sim-fault",
-        type=_fault_spec,
+        type=parse_fault_spec,
         action="append",
         default=[],
         metavar="NAME=VALUE[,...]",
@@ -325,25 +322,6 @@ def _length_pair(value: str) -> tuple[int, int]:
         if (problem := bounds.TOKENS.problem(length)) is not None:
             raise argparse.ArgumentTypeError(f"{value!r}: {name} {problem}")
     return input_len, output_len
-
-
-FAULT_BOUNDS = {
-    "crash-after": bounds.REQUESTS,
-    "hang-after": bounds.REQUESTS,
-    "http-500-rate": bounds.SHARE,
-    "slow-start": bounds.SIM_DELAY_S,
-}
-"""The ranges of the faults' values; ``malformed-every`` counts streamed events, which no bound covers."""
-
-
-def _fault_spec(value: str) -> dict[str, float | int]:
-    """``parse_fault_spec``, whose values must also be finite and within a real run's range."""
-    spec = parse_fault_spec(value)
-    for name, number in spec.items():
-        bound = FAULT_BOUNDS.get(name)
-        if bound is not None and (problem := bound.problem(number)) is not None:
-            raise argparse.ArgumentTypeError(f"{name}: {problem}")
-    return spec
 
 
 def _trace_path(value: str) -> str:
@@ -465,39 +443,14 @@ def _speculation(args: argparse.Namespace, profile: Profile) -> Speculation | No
     )
 
 
-def _profile_error(path: str, exc: Exception) -> str:
-    """The profile's error in one line, naming the file: YAML's own message spans several lines, quoting
-    the one at fault, and a whole number that is NaN or an infinity fails in its conversion to int."""
-    cause = exc.__cause__
-    if isinstance(cause, yaml.MarkedYAMLError) and cause.problem_mark is not None:
-        mark = cause.problem_mark
-        return f"{path}: not valid YAML: {cause.problem} (line {mark.line + 1}, column {mark.column + 1})"
-    if isinstance(exc, ProfileError):
-        return " ".join(str(exc).split())
-    return f"{path}: {getattr(exc, 'strerror', None) or exc}"
-
-
-def _non_finite(profile: Profile) -> str | None:
-    """The first of the profile's numbers that is NaN or an infinity (YAML's .nan, .inf), by field."""
-    numbers = [(field.name, getattr(profile, field.name)) for field in fields(profile)]
-    for key, cost in profile.layouts.items():
-        numbers += [(f"layouts.{key}.{field.name}", getattr(cost, field.name)) for field in fields(cost)]
-    for name, value in numbers:
-        if isinstance(value, float) and not math.isfinite(value):
-            return f"{name} is {value}: every number must be finite"
-    return None
-
-
 def _profile(args: argparse.Namespace) -> tuple[Profile, PerformanceModel]:
     tp_size = _bounded(args, "tp_size", bounds.GPUS)
     ep_size = _bounded(args, "ep_size", bounds.GPUS)
     try:
         profile = load_profile(args.sim_profile)
         layout, cost = profile.layout(layout_key(tp_size, ep_size, args.enable_eplb))
-    except (OSError, ValueError, OverflowError) as exc:
-        raise ConfigError(f"--sim-profile: {_profile_error(args.sim_profile, exc)}") from None
-    if (problem := _non_finite(profile)) is not None:
-        raise ConfigError(f"--sim-profile: profile {profile.name}: {problem}")
+    except ProfileError as exc:
+        raise ConfigError(f"--sim-profile: {exc}") from None
     model = PerformanceModel(
         layout=layout,
         cost=cost,
@@ -540,10 +493,6 @@ def _checkpoint(model_path: str) -> Checkpoint:
         return read_checkpoint(model_path)
     except CheckpointError as exc:
         raise ConfigError(f"--model-path: {exc}") from None
-    except (TypeError, ValueError, OverflowError) as exc:  # a length key holding a string, NaN, an infinity
-        raise ConfigError(
-            f"--model-path: {Path(model_path) / 'config.json'}: no context length: {exc}"
-        ) from None
 
 
 def _context_length(args: argparse.Namespace, checkpoint: Checkpoint, profile: Profile) -> int:

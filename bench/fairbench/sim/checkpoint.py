@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fairbench.sim.finite import finite_number
+
 CONTEXT_LENGTH_KEYS = (
     "max_sequence_length",
     "seq_length",
@@ -38,25 +40,44 @@ class Checkpoint:
     eos_token_id: int | None = None
 
 
-def _lookup(config: dict[str, Any], key: str) -> Any:
+def _lookup(config: dict[str, Any], key: str) -> tuple[str, Any]:
+    """The first of ``key`` and its aliases that is set, and its value (None when none is)."""
     for name in (key, *KEY_ALIASES.get(key, ())):
         if config.get(name) is not None:
-            return config[name]
-    return None
+            return name, config[name]
+    return key, None
 
 
-def context_length(config: dict[str, Any]) -> int:
-    """``get_context_length`` on a config read as plain JSON."""
+def _number(value: Any, where: str) -> float:
+    """A number SGLang computes the context length with: a string, NaN or an infinity would fail it."""
+    try:
+        return finite_number(value)
+    except ValueError as exc:
+        raise CheckpointError(f"{where}: {exc}") from None
+
+
+def _rope_scaling_factor(config: dict[str, Any], where: str) -> float:
+    """The factor SGLang scales the context length by: 1 where the length already includes it."""
     rope_scaling = config.get("rope_scaling") or {}
-    factor = 1.0
-    if isinstance(rope_scaling, dict) and rope_scaling:
-        factor = float(rope_scaling.get("factor", 1))
-        if "original_max_position_embeddings" in rope_scaling or rope_scaling.get("rope_type") == "llama3":
-            factor = 1.0
+    if (
+        not isinstance(rope_scaling, dict)
+        or "original_max_position_embeddings" in rope_scaling
+        or rope_scaling.get("rope_type") == "llama3"
+    ):
+        return 1.0
+    return _number(rope_scaling.get("factor", 1), f"{where}rope_scaling.factor")
+
+
+def context_length(config: dict[str, Any], where: str) -> int:
+    """``get_context_length`` on a config read as plain JSON; ``where`` (the file, and ``text_config.``
+    for a nested config) begins the key an error names."""
+    factor = _rope_scaling_factor(config, where)
     for key in CONTEXT_LENGTH_KEYS:
-        value = _lookup(config, key)
+        name, value = _lookup(config, key)
         if value is not None:
-            return int(factor * value)
+            length = factor * _number(value, f"{where}{name}")
+            # Two large numbers can multiply to an infinity, which no integer holds.
+            return int(_number(length, f"{where}{name} times rope_scaling.factor"))
     return SGLANG_DEFAULT_CONTEXT_LENGTH
 
 
@@ -72,7 +93,7 @@ def read_checkpoint(model_path: str) -> Checkpoint:
         raise CheckpointError(f"{path}: not a JSON object")
     # Multimodal checkpoints keep the language model's settings in text_config, as SGLang reads them.
     nested = config.get("text_config")
-    text_config: dict[str, Any] = nested if isinstance(nested, dict) else config
+    section, text_config = ("text_config.", nested) if isinstance(nested, dict) else ("", config)
     eos = text_config.get("eos_token_id", config.get("eos_token_id"))
     if isinstance(eos, list):
         eos = eos[0] if eos else None
@@ -80,6 +101,6 @@ def read_checkpoint(model_path: str) -> Checkpoint:
     return Checkpoint(
         model_type=config.get("model_type") if isinstance(config.get("model_type"), str) else None,
         architectures=[str(name) for name in architectures] if isinstance(architectures, list) else None,
-        context_length=context_length(text_config),
+        context_length=context_length(text_config, f"{path}: {section}"),
         eos_token_id=eos if isinstance(eos, int) and not isinstance(eos, bool) else None,
     )

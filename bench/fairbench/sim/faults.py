@@ -25,6 +25,9 @@ import random
 from dataclasses import dataclass, field
 from enum import Enum
 
+from fairbench import bounds
+from fairbench.bounds import Bound
+
 
 @dataclass(slots=True)
 class FaultSettings:
@@ -46,35 +49,40 @@ class FaultSettings:
         return {name: value for name, value in described.items() if value is not None}
 
 
+FAULT_BOUNDS: dict[str, Bound | None] = {
+    "crash-after": bounds.REQUESTS,
+    "hang-after": bounds.REQUESTS,
+    "http-500-rate": bounds.SHARE,
+    "slow-start": bounds.SIM_DELAY_S,
+    "malformed-every": None,
+}
+"""Each fault and the range of its value; ``malformed-every`` counts streamed events, which no bound
+covers, so it needs only to be at least 1."""
+
+
 def parse_fault_spec(spec: str) -> dict[str, float | int]:
     """One ``--sim-fault`` value; an argparse ``type`` so a bad spec is a usage error naming the flag."""
-    parsed: dict[str, float | int] = {}
-    for item in filter(None, (part.strip() for part in spec.split(","))):
-        name, _, value = item.partition("=")
-        try:
-            if name in ("crash-after", "hang-after", "malformed-every"):
-                count = int(value)
-                if count < (0 if name != "malformed-every" else 1):
-                    raise ValueError
-                parsed[name] = count
-            elif name == "http-500-rate":
-                rate = float(value)
-                if not 0 <= rate <= 1:
-                    raise ValueError
-                parsed[name] = rate
-            elif name == "slow-start":
-                seconds = float(value)
-                if seconds < 0:
-                    raise ValueError
-                parsed[name] = seconds
-            else:
-                raise argparse.ArgumentTypeError(
-                    f"unknown fault {name!r}; known: crash-after=N, hang-after=N, http-500-rate=P, "
-                    "malformed-every=N, slow-start=S"
-                )
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{item!r}: not a valid value for {name}") from None
-    return parsed
+    return dict(_fault(item) for item in filter(None, (part.strip() for part in spec.split(","))))
+
+
+def _fault(item: str) -> tuple[str, float | int]:
+    """One ``NAME=VALUE`` of a spec: a count or a number, finite and within a real run's range."""
+    name, _, text = item.partition("=")
+    if name not in FAULT_BOUNDS:
+        raise argparse.ArgumentTypeError(
+            f"unknown fault {name!r}; known: crash-after=N, hang-after=N, http-500-rate=P, "
+            "malformed-every=N, slow-start=S"
+        )
+    bound = FAULT_BOUNDS[name]
+    try:
+        value = float(text) if bound is not None and not bound.integer else int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{item!r}: not a valid value for {name}") from None
+    if bound is not None and (problem := bound.problem(value)) is not None:
+        raise argparse.ArgumentTypeError(f"{name}: {problem}")
+    if bound is None and value < 1:
+        raise argparse.ArgumentTypeError(f"{name}: must be at least 1, got {value}")
+    return name, value
 
 
 def combine_fault_specs(specs: list[dict[str, float | int]]) -> FaultSettings:

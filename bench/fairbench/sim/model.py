@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from fairbench.sim.finite import finite_number
+
 
 class ProfileError(ValueError):
     """A profile file is missing, malformed, or lacks the layout asked for; the message says which."""
@@ -82,23 +84,43 @@ def builtin_profile_names() -> list[str]:
 
 
 def load_profile(name_or_path: str) -> Profile:
-    """A built-in profile by name (``generic``), or a profile file by path."""
+    """A built-in profile by name (``generic``), or a profile file by path; every error in one line."""
     if name_or_path in builtin_profile_names():
         source = resources.files("fairbench.sim").joinpath("profiles", f"{name_or_path}.yaml")
         name, text = name_or_path, source.read_text()
     else:
-        path = Path(name_or_path)
-        if not path.is_file():
-            raise ProfileError(
-                f"no profile {name_or_path!r}: not a file, and the built-in ones are "
-                f"{', '.join(builtin_profile_names())}"
-            )
-        name, text = path.stem, path.read_text()
+        name, text = Path(name_or_path).stem, _profile_file_text(name_or_path)
+    return parse_profile(name, _load_yaml(name_or_path, text))
+
+
+def _profile_file_text(name_or_path: str) -> str:
+    """The text of a profile file; a ProfileError naming it when there is none to read."""
+    path = Path(name_or_path)
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ProfileError(f"profile {name}: not valid YAML: {exc}") from exc
-    return parse_profile(name, data)
+        if path.is_file():
+            return path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:  # unreadable, a name too long, not UTF-8
+        raise ProfileError(f"{name_or_path}: {getattr(exc, 'strerror', None) or exc}") from None
+    raise ProfileError(
+        f"no profile {name_or_path!r}: not a file, and the built-in ones are "
+        f"{', '.join(builtin_profile_names())}"
+    )
+
+
+def _load_yaml(source: str, text: str) -> Any:
+    """The YAML of profile ``source``; ValueError is a value YAML cannot build (10**5000, 2024-13-01)."""
+    try:
+        return yaml.safe_load(text)
+    except (yaml.YAMLError, ValueError) as exc:
+        raise ProfileError(f"{source}: not valid YAML: {_yaml_problem(exc)}") from None
+
+
+def _yaml_problem(exc: Exception) -> str:
+    """YAML's message in one line: its own spans several, quoting the line at fault."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        return f"{exc.problem} (line {mark.line + 1}, column {mark.column + 1})"
+    return " ".join(str(exc).split())
 
 
 def parse_profile(name: str, data: Any) -> Profile:
@@ -159,10 +181,11 @@ class _Reader:
         return node
 
     def number(self, mapping: dict[str, Any], path: str) -> float:
-        value = mapping.get(path.rsplit(".", 1)[-1])
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ProfileError(f"profile {self.name}: {path}: a number is required, got {value!r}")
-        return float(value)
+        """The number at ``path``, the key as the file spells it; never NaN or an infinity."""
+        try:
+            return finite_number(mapping.get(path.rsplit(".", 1)[-1]))
+        except ValueError as exc:
+            raise ProfileError(f"profile {self.name}: {path}: {exc}") from None
 
     def non_negative(self, mapping: dict[str, Any], path: str) -> float:
         value = self.number(mapping, path)
