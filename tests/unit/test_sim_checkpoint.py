@@ -69,3 +69,10 @@ def test_a_length_that_is_no_finite_number_is_refused_naming_the_file_and_key(
     with pytest.raises(CheckpointError) as error:
         checkpoint(tmp_path, config)
     assert str(error.value) == f"{tmp_path / 'config.json'}: {problem}"
+
+
+def test_a_model_path_no_file_system_can_hold_is_refused_naming_it() -> None:
+    path = "/" + "a" * 300 + "/model"
+    with pytest.raises(CheckpointError) as caught:
+        read_checkpoint(path)
+    assert str(caught.value) == f"{path}/config.json: File name too long"

@@ -83,7 +83,11 @@ def context_length(config: dict[str, Any], where: str) -> int:
 
 def read_checkpoint(model_path: str) -> Checkpoint:
     path = Path(model_path) / "config.json"
-    if not path.is_file():
+    try:
+        found = path.is_file()
+    except OSError as exc:  # a name too long for the file system, say: no model could live there
+        raise CheckpointError(f"{path}: {exc.strerror or exc}") from None
+    if not found:
         return Checkpoint()
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
