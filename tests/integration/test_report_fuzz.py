@@ -2,13 +2,15 @@
 line), or in a report that names the damage and still shows everything else; never another exception.
 
 Each case damages one file of a real run (tests/support/results_tree.py: two configs, two levels, two
-repeats) with generated JSON values of every shape or garbage bytes, reads it, and puts the file back.
+repeats) with generated JSON values of every shape or garbage bytes, reads it, and puts the file back; a
+host's nccl.json is the recording of tests/fixtures/nccl, damaged the same way.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,9 +19,9 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.support.results_tree import brief_run
+from tests.support.results_tree import REPO, brief_run
 
-from fairbench.report.build import headlines, report_blocks
+from fairbench.report.build import headlines, report_blocks, write_report
 from fairbench.report.figures import FIGURES
 from fairbench.report.html import render_html
 from fairbench.report.load import ConfigResult, Run, load_run
@@ -51,12 +53,16 @@ def brief(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @contextmanager
 def written(path: Path, data: bytes) -> Iterator[None]:
-    original = path.read_bytes()
+    """``path`` holding ``data``, then as it was: absent again if it was."""
+    original = path.read_bytes() if path.exists() else None
     path.write_bytes(data)
     try:
         yield
     finally:
-        path.write_bytes(original)
+        if original is None:
+            path.unlink()
+        else:
+            path.write_bytes(original)
 
 
 def outcome(run_dir: Path) -> tuple[Run, str] | ResultsError:
@@ -237,3 +243,33 @@ def test_a_campaign_value_replaced_or_removed_anywhere(brief: Path, data: st.Dat
     if not isinstance(found, ResultsError):
         run, markdown = found
         assert markdown.startswith(f"# {run.name}: run {run.run_id}\n")
+
+
+NCCL_RECORDING = json.loads((REPO / "tests/fixtures/nccl/h200x2-nvlink.json").read_bytes())
+
+
+@FAST
+@given(st.data())
+def test_parts_of_a_nccl_json_replaced_or_removed(brief: Path, data: st.DataObject) -> None:
+    document = json.loads(json.dumps(NCCL_RECORDING))
+    for _ in range(data.draw(st.integers(1, 3))):
+        path = data.draw(st.sampled_from(key_paths(document)))
+        if data.draw(st.booleans()):
+            del holder_of(document, path)[path[-1]]
+        else:
+            holder_of(document, path)[path[-1]] = data.draw(values)
+    nccl = brief / "lab1" / "nccl.json"
+    with written(nccl, json.dumps(document).encode()), tempfile.TemporaryDirectory() as out:
+        run = load_run(brief)
+        markdown = write_report([run], Path(out))[0].read_text(encoding="utf-8")
+    assert markdown.startswith(f"# {run.name}: run {run.run_id}\n")
+    problems = [problem for result in run.results for problem in result.problems]
+    first_screen = markdown[: markdown.index("## Headline")]
+    assert all(problem.startswith(f"{nccl}: ") and problem in first_screen for problem in problems)
+    variants = document.get("variants")
+    assert ("## NCCL all-reduce on lab1" in markdown) == isinstance(variants, list)
+    if isinstance(variants, list):
+        dropped = [problem for problem in problems if problem.endswith("; variant not shown")]
+        assert markdown.count("\n### Variant ") == len(variants) - len(dropped)
+    if not problems:
+        assert all(f"\n### Variant {variant['name']}\n" in markdown for variant in variants)

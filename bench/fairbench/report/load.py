@@ -3,7 +3,8 @@
 Every config the campaign names appears on every host that ran any config, even when its directory is
 missing or holds no points: a report never drops a config silently. Nor does it drop a damaged file
 silently: what cannot be used of a config's files is named (file, and line of points.jsonl) in its
-``problems``, and the rest is read. A campaign.json the report cannot use is a ``ResultsError``.
+``problems``, and the rest is read; so is what cannot be used of a host's nccl.json (file, and key path).
+A campaign.json the report cannot use is a ``ResultsError``.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ import json
 import math
 import shlex
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from fairbench.journal import excerpt
+from fairbench.nccl import DECODE, PREFILL
+from fairbench.nccl import RESULT_FILE as NCCL_FILE
 from fairbench.report.figures import FIGURES, THROUGHPUT, non_finite_text
 from fairbench.results import (
     CAMPAIGN_FILE,
@@ -58,7 +61,8 @@ class ConfigResult:
     journal_excerpt: list[str]
     problems: tuple[str, ...] = ()
     """What of its files could not be used, or holds a figure that is not a finite number: each names
-    the file (and the line of points.jsonl)."""
+    the file (and the line of points.jsonl). The run's first config also carries those of the hosts'
+    nccl.json files (``load_run``)."""
     notes: tuple[str, ...] = ()
     """An incomplete last line of points.jsonl, skipped: what an interrupted write leaves."""
     unreadable: frozenset[str] = field(default_factory=frozenset)
@@ -80,6 +84,9 @@ class Run:
     """campaign.json, with every key the report reads checked (``CAMPAIGN_RULES``)."""
     results: list[ConfigResult]
     """By host, then in the campaign's config order, then configs the campaign does not name."""
+    nccl: dict[str, dict[str, Any]]
+    """Each host's nccl.json (``fairbench nccl``), by host, holding only what is well-formed of it
+    (``load_nccl``)."""
 
     @property
     def run_id(self) -> str:
@@ -114,6 +121,15 @@ def _is_number(value: object) -> bool:
     return True
 
 
+def _is_positive(value: object) -> bool:
+    """A number above 0, or one that is not finite (shown as such, compared with nothing)."""
+    return isinstance(value, int | float) and _is_number(value) and (not math.isfinite(value) or value > 0)
+
+
+def _is_byte_count(value: object) -> bool:
+    return is_whole(value, 1) and _is_number(value)
+
+
 def _is_text(value: object) -> bool:
     return isinstance(value, str)
 
@@ -122,8 +138,16 @@ def _is_mapping(value: object) -> bool:
     return isinstance(value, dict)
 
 
+def _is_list(value: object) -> bool:
+    return isinstance(value, list)
+
+
 def _list_of(check: Callable[[object], bool]) -> Callable[[object], bool]:
     return lambda value: isinstance(value, list) and all(map(check, value))
+
+
+def _object_of(check: Callable[[object], bool]) -> Callable[[object], bool]:
+    return lambda value: isinstance(value, dict) and all(map(check, value.values()))
 
 
 def _whole(least: int) -> Callable[[object], bool]:
@@ -181,6 +205,35 @@ POINT_RULES: tuple[Rule, ...] = (
 STATUS_RULES: tuple[Rule, ...] = (Rule("status", "a string", _is_text, True),)
 SWEEP_RULES: tuple[Rule, ...] = (
     Rule("gpus", "null or a whole number of at least 1", _or_null(_whole(1)), False),
+)
+# nccl.json as fairbench/nccl.py's ``assemble`` writes it, as far as the report reads it.
+NCCL_RULES: tuple[Rule, ...] = (Rule("variants", "a list", _is_list, True),)
+NCCL_FACT_RULES: tuple[Rule, ...] = (
+    *(
+        Rule(key, "a whole number of at least 1", _whole(1), False)
+        for key in ("gpus", "hidden_size", "iters")
+    ),
+    Rule("graph_ops", "null or a whole number of at least 1", _or_null(_whole(1)), False),
+    *(Rule(key, "null or a string", _or_null(_is_text), False) for key in ("device", "torch", "nccl")),
+)
+"""What the section's heading paragraph says of the measurement; a key that breaks its rule is left out."""
+NCCL_VARIANT_RULES: tuple[Rule, ...] = (
+    Rule("name", "a string", _is_text, True),
+    Rule("env", "an object of strings", _object_of(_is_text), True),
+    Rule("configs", "a list of strings", _list_of(_is_text), True),
+    Rule("error", "null or a string", _or_null(_is_text), False),
+    Rule("sizes", "a list", _is_list, True),
+)
+NCCL_SIZE_RULES: tuple[Rule, ...] = (
+    Rule("bytes", "a whole number of at least 1", _is_byte_count, True),
+    Rule("scale", f"{DECODE} or {PREFILL}", lambda value: value in (DECODE, PREFILL), True),
+    Rule("tokens", "null or a whole number of at least 1", _or_null(_whole(1)), True),
+)
+NCCL_MODES = ("eager", "graph")
+"""The launch modes of a size: each an object of figures, or null where not measured so."""
+NCCL_TIMING_KEYS = ("median_us", "p10_us", "p90_us", "busbw_gbps")
+NCCL_TIMING_RULES: tuple[Rule, ...] = tuple(
+    Rule(key, "a positive number", _is_positive, True) for key in NCCL_TIMING_KEYS
 )
 
 
@@ -392,6 +445,95 @@ def load_config(host: str, name: str, path: Path) -> ConfigResult:
     )
 
 
+# --- a host's nccl.json ---------------------------------------------------------------------------------
+
+
+def _nccl_element(
+    value: object, rules: Sequence[Rule], where: str, what: str, problems: list[str]
+) -> dict[str, Any] | None:
+    """``value`` when it is an object keeping ``rules``; else None, with a problem naming ``where``."""
+    if not isinstance(value, dict):
+        problems.append(f"{where}: {_shown(value)} is not an object; {what} not shown")
+        return None
+    errors = _rule_errors(value, rules, f"{where}.")
+    if errors:
+        problems.append(f"{'; '.join(errors)}; {what} not shown")
+        return None
+    return value
+
+
+def _nccl_timing(value: object, where: str, problems: list[str]) -> dict[str, Any] | None:
+    """One launch mode's figures of one size; None where unmeasured (null) or unusable (named)."""
+    if value is None:
+        return None
+    timing = _nccl_element(value, NCCL_TIMING_RULES, where, "measurement", problems)
+    if timing is not None:
+        problems += [
+            f"{where}.{key} is {non_finite_text(timing[key])}, shown as such"
+            for key in NCCL_TIMING_KEYS
+            if not math.isfinite(timing[key])
+        ]
+    return timing
+
+
+def _nccl_size(value: object, where: str, problems: list[str]) -> dict[str, Any] | None:
+    size = _nccl_element(value, NCCL_SIZE_RULES, where, "size", problems)
+    if size is None:
+        return None
+    timings = {mode: _nccl_timing(size.get(mode), f"{where}.{mode}", problems) for mode in NCCL_MODES}
+    return {**size, **timings}
+
+
+def _nccl_variant(value: object, where: str, problems: list[str]) -> dict[str, Any] | None:
+    variant = _nccl_element(value, NCCL_VARIANT_RULES, where, "variant", problems)
+    if variant is None:
+        return None
+    sizes = [
+        _nccl_size(size, f"{where}.sizes[{index}]", problems) for index, size in enumerate(variant["sizes"])
+    ]
+    return {**variant, "sizes": [size for size in sizes if size is not None]}
+
+
+def _nccl_facts(document: dict[str, Any], problems: list[str]) -> dict[str, Any]:
+    """``document`` without the facts that break their rule, each named."""
+    kept = dict(document)
+    for rule in NCCL_FACT_RULES:
+        errors = _rule_errors(document, [rule])
+        if errors:
+            problems += [f"{error}; not shown" for error in errors]
+            del kept[rule.key]
+    return kept
+
+
+def load_nccl(host_dir: Path) -> tuple[dict[str, Any] | None, list[str]]:
+    """A host's nccl.json holding only its well-formed facts, variants, sizes and measurements (None when
+    the file cannot be used at all), and the problems naming the file and the key path of the rest."""
+    files = _Files(host_dir)
+    document = files.json_object(NCCL_FILE, NCCL_RULES)
+    if document is None:
+        return None, files.problems
+    problems: list[str] = []
+    checked = _nccl_facts(document, problems)
+    variants = [
+        _nccl_variant(value, f"variants[{index}]", problems)
+        for index, value in enumerate(document["variants"])
+    ]
+    checked["variants"] = [variant for variant in variants if variant is not None]
+    return checked, [f"{host_dir / NCCL_FILE}: {problem}" for problem in problems]
+
+
+def _run_nccl(run_dir: Path) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Every host's usable nccl.json, by host, and the problems of them all."""
+    found: dict[str, dict[str, Any]] = {}
+    problems: list[str] = []
+    for path in sorted(run_dir.glob(f"*/{NCCL_FILE}")):
+        document, named = load_nccl(path.parent)
+        problems += named
+        if document is not None:
+            found[path.parent.name] = document
+    return found, problems
+
+
 # --- the run ---------------------------------------------------------------------------------------------
 
 
@@ -455,4 +597,8 @@ def load_run(path: Path) -> Run:
         present = config_dirs.get(host, [])
         for name in [*named, *(name for name in present if name not in named)]:
             results.append(load_config(host, name, path / host / name))
-    return Run(path=path, campaign=campaign, results=results)
+    nccl, nccl_problems = _run_nccl(path)
+    if results and nccl_problems:
+        # The first screen names the problems of the configs' files; nccl.json lies beside them.
+        results[0] = replace(results[0], problems=(*results[0].problems, *nccl_problems))
+    return Run(path=path, campaign=campaign, results=results, nccl=nccl)

@@ -11,40 +11,30 @@ A variant is judged at both scales, because they can disagree: on 2x H200 (NVLin
 
 Both are shown for eager launches and for CUDA-graph replays (decode usually runs as CUDA graphs in
 SGLang, prefill eagerly or in piecewise graphs), since a setting can help in one and not the other.
+
+What of a nccl.json is not well-formed is left out here and named on the first screen (load.py); a figure
+that is not finite is shown as such, and a comparison it enters says it is not compared.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
-from fairbench.nccl import DECODE, DEFAULT_VARIANT, PREFILL, RESULT_FILE
+from fairbench.nccl import DECODE, DEFAULT_VARIANT, PREFILL
 from fairbench.report.blocks import Alert, Block, BulletList, Heading, Paragraph, Preformatted, Table
+from fairbench.report.figures import non_finite_text
+from fairbench.report.load import NCCL_MODES as MODES
 from fairbench.report.load import Run
 
-MODES = ("eager", "graph")
+NOT_COMPARED = "not compared (NaN or inf)"
 BOTH_SCALES = (
     "Judge an NCCL variant at both scales: lower latency at decode-sized messages can come with far lower "
     "bus bandwidth at prefill-sized ones, and a gain in eager launches can vanish in CUDA graphs."
 )
 
 Figure = Callable[[dict[str, Any]], float]
-
-
-def load_nccl(run_dir: Path) -> dict[str, dict[str, Any]]:
-    """Each host's nccl.json in ``results/<campaign>/<run_id>/<host>/``, by host; unreadable ones skipped."""
-    found = {}
-    for path in sorted(run_dir.glob(f"*/{RESULT_FILE}")):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict) and isinstance(data.get("variants"), list):
-            found[path.parent.name] = data
-    return found
 
 
 def size_text(size_bytes: int) -> str:
@@ -55,6 +45,10 @@ def size_text(size_bytes: int) -> str:
             break
         value, unit = value / 1024, next_unit
     return f"{value:.1f} {unit}".replace(".0 ", " ")
+
+
+def _number(value: float) -> str:
+    return f"{value:,.1f}" if math.isfinite(value) else non_finite_text(value)
 
 
 def _scale_label(size: dict[str, Any]) -> str:
@@ -71,23 +65,43 @@ def _busbw(mode: str) -> Figure:
     return lambda size: float(size[mode]["busbw_gbps"])
 
 
+def geometric_ratio(pairs: Sequence[tuple[float, float]]) -> float | None:
+    """The geometric mean of a / b over ``pairs`` of positive figures; None for none, NaN (not compared)
+    when a figure is not finite."""
+    if not pairs:
+        return None
+    if not all(math.isfinite(figure) for pair in pairs for figure in pair):
+        return math.nan
+    # By logarithms, so that no ratio of extreme figures overflows or underflows to 0 on the way.
+    mean = math.fsum(math.log(a) - math.log(b) for a, b in pairs) / len(pairs)
+    try:
+        return math.exp(mean)
+    except OverflowError:
+        return math.inf
+
+
 def ratio(
     variant: dict[str, Any], default: dict[str, Any], scale: str, figure: Figure, mode: str
 ) -> float | None:
-    """Geometric mean over the sizes of ``scale`` of figure(variant) / figure(default); None if unmeasured."""
+    """``geometric_ratio`` over the sizes of ``scale`` of figure(variant) and figure(default)."""
     base = {size["bytes"]: size for size in default["sizes"] if size["scale"] == scale and size.get(mode)}
-    ratios = [
-        figure(size) / figure(base[size["bytes"]])
-        for size in variant["sizes"]
-        if size["scale"] == scale and size.get(mode) and size["bytes"] in base
-    ]
-    if not ratios:
-        return None
-    return math.exp(math.fsum(math.log(value) for value in ratios) / len(ratios))
+    return geometric_ratio(
+        [
+            (figure(size), figure(base[size["bytes"]]))
+            for size in variant["sizes"]
+            if size["scale"] == scale and size.get(mode) and size["bytes"] in base
+        ]
+    )
+
+
+def _compared(value: float | None) -> TypeGuard[float]:
+    return value is not None and not math.isnan(value)
 
 
 def _change(value: float | None) -> str:
-    return "-" if value is None else f"{(value - 1) * 100:+.1f} %"
+    if value is None:
+        return "-"
+    return f"{(value - 1) * 100:+.1f} %" if _compared(value) else NOT_COMPARED
 
 
 def _changes(
@@ -102,12 +116,11 @@ def _largest(variant: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _env_text(variant: dict[str, Any]) -> str:
-    env = variant.get("env") or {}
-    return " ".join(f"`{key}={value}`" for key, value in env.items()) or "NCCL's defaults"
+    return " ".join(f"`{key}={value}`" for key, value in variant["env"].items()) or "NCCL's defaults"
 
 
 def _configs_text(variant: dict[str, Any]) -> str:
-    return ", ".join(variant.get("configs") or []) or "none of the campaign's (a reference)"
+    return ", ".join(variant["configs"]) or "none of the campaign's (a reference)"
 
 
 def _summary_table(variants: Sequence[dict[str, Any]], default: dict[str, Any] | None) -> Table:
@@ -123,7 +136,7 @@ def _summary_table(variants: Sequence[dict[str, Any]], default: dict[str, Any] |
     for variant in variants:
         largest = _largest(variant)
         bandwidth = (
-            " / ".join(f"{largest[mode]['busbw_gbps']:,.1f}" if largest.get(mode) else "-" for mode in MODES)
+            " / ".join(_number(largest[mode]["busbw_gbps"]) if largest.get(mode) else "-" for mode in MODES)
             + f" at {size_text(largest['bytes'])}"
             if largest
             else "-"
@@ -151,7 +164,7 @@ def _trade_offs(variants: Sequence[dict[str, Any]], default: dict[str, Any]) -> 
         for mode in MODES:
             latency = ratio(variant, default, DECODE, _latency(mode), mode)
             bandwidth = ratio(variant, default, PREFILL, _busbw(mode), mode)
-            if latency is None or bandwidth is None:
+            if not _compared(latency) or not _compared(bandwidth):
                 continue
             decode_better, prefill_better = latency < 1, bandwidth > 1
             if decode_better != prefill_better:
@@ -179,17 +192,17 @@ def _variant_table(variant: dict[str, Any], default: dict[str, Any] | None) -> T
         for mode in MODES:
             timing = size.get(mode)
             cells.append(
-                f"{timing['median_us']:,.1f} ({timing['p10_us']:,.1f}-{timing['p90_us']:,.1f})"
+                f"{_number(timing['median_us'])} ({_number(timing['p10_us'])}-{_number(timing['p90_us'])})"
                 if timing
                 else "-"
             )
-        cells += [f"{size[mode]['busbw_gbps']:,.1f}" if size.get(mode) else "-" for mode in MODES]
+        cells += [_number(size[mode]["busbw_gbps"]) if size.get(mode) else "-" for mode in MODES]
         reference = base.get(size["bytes"])
         # The figure that matters at the size's scale: latency at decode sizes, bus bandwidth at prefill.
         figure = _latency if size["scale"] == DECODE else _busbw
         what = "latency" if size["scale"] == DECODE else "busbw"
         changes = [
-            _change(figure(mode)(size) / figure(mode)(reference))
+            _change(geometric_ratio([(figure(mode)(size), figure(mode)(reference))]))
             if reference and size.get(mode) and reference.get(mode)
             else "-"
             for mode in MODES
@@ -239,6 +252,6 @@ def nccl_blocks(run: Run, *, name_run: bool = False, heading_level: int = 2) -> 
     suffix = f", run {run.run_id}" if name_run else ""
     return [
         block
-        for host, data in load_nccl(run.path).items()
+        for host, data in run.nccl.items()
         for block in host_blocks(f"NCCL all-reduce on {host}{suffix}", data, heading_level)
     ]
