@@ -8,13 +8,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from tests.support.results_tree import REPO, brief_run
+from tests.support.results_tree import brief_run, fairbench_report
 
 ERROR = "fairbench report: error: "
 
@@ -30,17 +29,6 @@ def run(brief: Path, tmp_path: Path) -> Path:
     return Path(shutil.copytree(brief, tmp_path / "demo" / brief.name))
 
 
-def report(*args: Path | str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "fairbench", "report", *map(str, args)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
-
-
 def level_row(markdown: str, config: str, concurrency: int) -> list[str]:
     section = markdown[markdown.index(f"### {config}\n", markdown.index("## Every concurrency level")) :]
     row = next(line for line in section.splitlines() if line.startswith(f"| {concurrency} |"))
@@ -52,7 +40,7 @@ def test_a_killed_sweeps_torn_last_line_is_skipped_and_every_other_point_shown(r
     whole = points.read_bytes()
     points.write_bytes(whole[:-40])  # killed while appending its last point, c4-r1
     kept = [json.loads(line) for line in whole.splitlines()[:-1]]
-    done = report(run)
+    done = fairbench_report(run)
     assert done.returncode == 0, done.stderr
     markdown = (run / "report.md").read_text()
     assert f"{points}:4: incomplete last line skipped (an interrupted write; " in markdown
@@ -67,7 +55,7 @@ def test_nan_and_infinity_are_reported_plotted_around_and_named(run: Path) -> No
     lines[0]["output_throughput"] = float("nan")  # c1-r0
     lines[1]["median_ttft_ms"] = float("inf")  # c4-r0
     points.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    done = report(run)
+    done = fairbench_report(run)
     assert done.returncode == 0, done.stderr
     markdown = (run / "report.md").read_text()
     first_screen = markdown[: markdown.index("## Headline")]
@@ -117,7 +105,7 @@ def test_a_run_the_report_cannot_read_is_one_line_naming_the_path(
     run: Path, breaker: Callable[[Path], str]
 ) -> None:
     expected = breaker(run)
-    done = report(run)
+    done = fairbench_report(run)
     assert done.returncode == 2
     assert done.stderr.startswith(ERROR + expected), done.stderr
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
@@ -147,8 +135,8 @@ def test_a_read_only_run_directory_is_named_with_the_option_to_write_elsewhere(
     run: Path, tmp_path: Path
 ) -> None:
     with read_only(run):
-        done = report(run)
-        elsewhere = report(run, "--out", tmp_path / "elsewhere")
+        done = fairbench_report(run)
+        elsewhere = fairbench_report(run, "--out", tmp_path / "elsewhere")
     assert done.returncode == 2
     assert done.stderr.startswith(f"{ERROR}{run}: cannot write the report there ({run / 'plots'}: "), (
         done.stderr

@@ -20,15 +20,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from tests.support.results_tree import REPO, Deviation, build_run, campaign_from
+from tests.support.results_tree import REPO, Deviation, build_run, campaign_from, fairbench_report
 from tests.support.tiny_model import build as build_tiny_model
 
 from fairbench.campaign import Campaign
@@ -59,14 +57,7 @@ def _campaign(work: Path, configs: Mapping[str, Any]) -> Campaign:
 
 
 def _report(run: Path) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "fairbench", "report", str(run)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    done = fairbench_report(run)
     assert done.returncode == 0, done.stderr
     return (run / "report.md").read_text(encoding="utf-8")
 

@@ -13,12 +13,11 @@ import json
 import math
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from statistics import mean, stdev
 
 import pytest
-from tests.support.results_tree import REPO, Deviation, build_run, campaign_from
+from tests.support.results_tree import REPO, Deviation, build_run, campaign_from, fairbench_report
 
 DEMO = REPO / "campaigns" / "demo.yml"
 # Short enough for seconds per config; 32 tokens in keeps prefill small next to decode, where the
@@ -28,14 +27,7 @@ T_975_DF1 = 12.706
 
 
 def _report(*args: Path) -> str:
-    result = subprocess.run(
-        [sys.executable, "-m", "fairbench", "report", *map(str, args)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    result = fairbench_report(*args)
     assert result.returncode == 0, result.stderr
     return result.stdout
 

@@ -218,3 +218,15 @@ def brief_run(results_root: Path, run_id: str = "brief") -> Path:
         DEMO, configs=["tp8", "ep4"], workload=BRIEF_WORKLOAD, sim={"sim-time-scale": 0.02}
     )
     return build_run(results_root, campaign, run_id)
+
+
+def fairbench_report(*args: Path | str) -> subprocess.CompletedProcess[str]:
+    """``fairbench report ARGS`` as a user runs it, from the repository."""
+    return subprocess.run(
+        [sys.executable, "-m", "fairbench", "report", *map(str, args)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
