@@ -24,9 +24,11 @@ from typing import Any
 import pytest
 import yaml
 from tests.support.fake_nvidia_smi import write_fake_nvidia_smi
+from tests.support.sse_server import StartServer
 from tests.support.unit_exposure import UNIT_EXPOSURE, exposure
 
 from fairbench.campaign import load_campaign
+from fairbench.results import ResultsDir
 
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
@@ -218,6 +220,44 @@ def test_sweep_module_samples_the_energy_of_the_gpus_it_is_given(tmp_path: Path,
     assert all(point["gpu_mean_power_w"] == pytest.approx(400.0, rel=0.01) for point in points)
     assert results["Missing"]["failed"] is True
     assert results["Missing"]["msg"] == "energy_gpus: GPU index(es) 3 not found: NVML sees 3 GPU(s), 0-2"
+
+
+def test_sweep_module_measures_failed_points_again_only_when_asked(
+    tmp_path: Path, sse_server: StartServer
+) -> None:
+    out = tmp_path / "tp8"
+    failing, healthy = sse_server(faults=["http_error:status=500"]).url, sse_server().url
+    planned = {**_sweep_task(healthy, out, "Planned"), "check_mode": True, "diff": True}
+    planned["fairbench_sweep"]["remeasure_failed"] = True
+    remeasured = _sweep_task(healthy, out, "Remeasured")
+    remeasured["fairbench_sweep"]["remeasure_failed"] = True
+    tasks = [_sweep_task(failing, out, "Failed"), _sweep_task(healthy, out, "Again"), planned, remeasured]
+    results = run_play(tmp_path, tasks)
+    assert results["Failed"]["failed"] and results["Failed"]["written"] == ["c1-r0", "c4-r0"]
+    # A resume keeps a failed point unless asked: still failed, nothing written.
+    assert results["Again"]["failed"] and results["Again"]["written"] == []
+    assert results["Planned"]["planned"] == ["c1-r0", "c4-r0"] and results["Planned"]["changed"]
+    # Appended: the failed lines stay.
+    assert results["Planned"]["diff"]["after"] == "c1-r0\nc4-r0\nc1-r0\nc4-r0\n"
+    done = results["Remeasured"]
+    assert not done.get("failed"), done["msg"]
+    assert done["changed"] and done["written"] == ["c1-r0", "c4-r0"]
+    assert [level["completed"] for level in done["levels"]] == [16, 16]
+    assert len((out / "points.jsonl").read_text().splitlines()) == 4
+    assert [point["supersedes"]["line"] for point in ResultsDir(out).points()] == [1, 2]
+
+
+def test_the_sweep_modules_remeasure_option_is_documented() -> None:
+    shown = subprocess.run(
+        [str(ANSIBLE_PLAYBOOK.parent / "ansible-doc"), "-t", "module", "--json", "fairbench_sweep"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "ANSIBLE_LIBRARY": str(REPO / "library")},
+        timeout=120,
+        check=True,
+    )
+    option = json.loads(shown.stdout)["fairbench_sweep"]["doc"]["options"]["remeasure_failed"]
+    assert (option["type"], option["default"]) == ("bool", False)
 
 
 def test_sweep_in_the_background_is_followed_to_its_result(tmp_path: Path, sim_url: str) -> None:
