@@ -11,6 +11,8 @@
 
 Every server a test started is stopped when the test ends.
 
+In CI (``CI`` set) a skipped test fails, unless tests/support/ci_skips.py accepts its skip.
+
 ``real_sglang`` is one real SGLang server of the tiny model for the whole session (started once, in about
 20-100 s, by tests/support/real_sglang.py); a test that may bring a server down starts its own with
 ``tests.support.real_sglang.start``.
@@ -18,8 +20,9 @@ Every server a test started is stopped when the test ends.
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +34,7 @@ _REPO_ROOT = str(Path(__file__).resolve().parents[1])
 if _REPO_ROOT not in sys.path:
     sys.path.insert(0, _REPO_ROOT)
 
+from tests.support import ci_skips  # noqa: E402 - needs the path above
 from tests.support import real_sglang as real_sglang_support  # noqa: E402 - needs the path above
 from tests.support.sse_server import (  # noqa: E402 - needs the path above
     FaultRule,
@@ -40,6 +44,43 @@ from tests.support.sse_server import (  # noqa: E402 - needs the path above
     ServerThread,
     StartServer,
 )
+
+
+def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
+    longrepr = report.longrepr
+    message = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    return message.removeprefix("Skipped: ")
+
+
+def _fail_skip_in_ci(report: pytest.TestReport | pytest.CollectReport) -> None:
+    """A skip CI does not accept becomes a failure that says what was missing."""
+    if not (os.environ.get("CI") and report.skipped) or hasattr(report, "wasxfail"):
+        return
+    reason = _skip_reason(report)
+    if ci_skips.accepted(report.nodeid, reason) is None:
+        report.outcome = "failed"
+        report.longrepr = (
+            f"skipped in CI, where every test must run: {reason}\n"
+            "(the skips CI accepts are listed, each with its reason, in tests/support/ci_skips.py)"
+        )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    _fail_skip_in_ci(report)
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    report = yield
+    _fail_skip_in_ci(report)
+    return report
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ here), else from the package index (about 9.5 GB with the CUDA build of torch, w
 
 A server is started the way campaigns/lab-sglang.yml starts its ``baseline`` config, with its own flags
 on top, on the tiny model (tests/support/tiny_model.py) and a free loopback port. Where the venv cannot be
-built the caller is skipped, except in CI (``CI`` set), where that is a failure.
+built the caller is skipped, which CI turns into a failure.
 """
 
 from __future__ import annotations
@@ -40,9 +40,7 @@ START_TIMEOUT_S = 600
 
 
 def unavailable(reason: str) -> None:
-    """Skip the caller, or fail it in CI, where real SGLang must be tested."""
-    if os.environ.get("CI"):
-        pytest.fail(f"real SGLang is required in CI: {reason}")
+    """Skip the caller (in CI a failure: tests/support/ci_skips.py)."""
     pytest.skip(f"real SGLang is not available here: {reason}")
 
 
