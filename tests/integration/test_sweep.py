@@ -323,57 +323,6 @@ def test_invalid_arguments_get_one_line_naming_the_argument(
     assert not list(tmp_path.iterdir())  # nothing written, not even the results directory
 
 
-def comparable(point: dict[str, Any]) -> tuple[Any, ...]:
-    """What must be identical between an interrupted-and-resumed sweep and an uninterrupted one."""
-    return (point["point_id"], point["completed"], point["total_input_tokens"], point["total_output_tokens"])
-
-
-def test_killed_and_resumed_sweep_ends_with_the_same_points(sse_server: StartServer, tmp_path: Path) -> None:
-    server = sse_server(chunk_gap_ms=2)
-    args = (
-        "--input-len",
-        "32",
-        "--output-len",
-        "10",
-        "--concurrency",
-        "1,2,4,8",
-        "--warmup",
-        "1x",
-        "--repeats",
-        "2",
-    )
-    reference = tmp_path / "reference"
-    assert run_sweep(server.url, reference, *args).returncode == 0
-
-    out = tmp_path / "killed"
-    process = subprocess.Popen(
-        sweep_args(server.url, out, *args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    points_file = out / "points.jsonl"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not (
-        points_file.exists() and points_file.read_text().count("\n") >= 3
-    ):
-        time.sleep(0.01)
-    process.kill()  # SIGKILL: no cleanup of any kind runs
-    process.wait()
-    written = len(points(out))
-    assert 3 <= written < 8
-
-    resumed = run_sweep(server.url, out, *args, "--resume")
-    assert resumed.returncode == 0, resumed.stderr
-    assert f"resuming: {written} point(s) already in" in resumed.stderr
-    final = points(out)
-    assert len({p["point_id"] for p in final}) == len(final) == 8
-    assert sorted(map(comparable, final)) == sorted(map(comparable, points(reference)))
-    # Same prompts, bit for bit: the seed alone decides them.
-    for pid in ("c1-r0", "c8-r1"):
-        assert [r["prompt_len"] for r in requests_of(out, pid)] == [
-            r["prompt_len"] for r in requests_of(reference, pid)
-        ]
-    assert not list((out / "requests").glob("*.tmp"))
-
-
 def test_ctrl_c_writes_nothing_half_done(sse_server: StartServer, tmp_path: Path) -> None:
     server = sse_server(chunk_gap_ms=20)
     out = tmp_path / "run"
