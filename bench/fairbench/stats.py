@@ -30,8 +30,8 @@ def t_quantile_975(df: float) -> float:
 
     From :data:`T_975_BY_DF` at the largest tabulated df <= ``df`` (a fractional df, as Welch's test
     gives, is rounded down): between table rows the quantile of fewer degrees of freedom is taken,
-    which is larger, so an interval is never narrower than the exact one. ``df = inf`` gives the
-    normal limit :data:`NORMAL_975`.
+    which is larger, so an interval is never narrower than the exact one by more than the table's
+    rounding to three decimals. ``df = inf`` gives the normal limit :data:`NORMAL_975`.
     """
     if not df >= 1:
         raise ValueError(f"degrees of freedom must be at least 1, got {df}")
