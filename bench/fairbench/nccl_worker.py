@@ -4,7 +4,8 @@ Run by path, one process per GPU, under the serving venv's Python (it has torch;
 installed there), so this file imports torch and the standard library only. ``fairbench.nccl`` starts
 the ranks and turns the raw times into statistics; this script only measures.
 
-Protocol (``fairbench.nccl`` speaks the other side; tests/support/fake_nccl_worker.py imitates it):
+Protocol (``fairbench.nccl`` speaks the other side; tests/support/fake_nccl_worker.py runs this file on a
+fake torch, so the tests see this protocol):
 
 - ``--count-gpus``: print the number of visible CUDA devices and exit.
 - otherwise each rank joins the group (``--rank``/``--world-size``/``--master-addr``/``--master-port``, or

@@ -10,6 +10,7 @@ where that is a failure: the check must run there.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from fairbench import campaign as campaign_module
 from fairbench import campaign_cli
 from fairbench.campaign import ArgValue, CampaignError, load_campaign, parse_campaign, render_flags
 from fairbench.sglang_parser import check_campaign, parse_argvs, venv_python
+from fairbench.sim.args import flag_table
 
 REPO = Path(__file__).resolve().parents[2]
 CAMPAIGNS = sorted((REPO / "campaigns").glob("*.yml"))
@@ -209,3 +211,110 @@ def test_the_offline_flag_check_agrees_with_sglangs_parser(sglang_venv: Path) ->
     sglang = parse_argvs(sglang_venv, argvs)
     assert {name: sglang[name] for name in OFFLINE_ACCEPTS if sglang[name] is not None} == {}
     assert [name for name in OFFLINE_REJECTS if sglang[name] is None] == []
+
+
+# Runs inside the SGLang venv: every option of ServerArgs.add_cli_args as argparse holds it, and every
+# ServerArgs field with its default, as plain JSON (sets sorted, other objects as their str).
+_REAL_FLAGS_SCRIPT = r"""
+import argparse, json, sys
+import msgspec, sglang
+from sglang.srt.server_args import ServerArgs
+
+def plain(value):
+    if isinstance(value, (set, frozenset)):
+        return sorted(plain(item) for item in value)
+    if isinstance(value, (list, tuple)):
+        return [plain(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): plain(item) for key, item in value.items()}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+parser = argparse.ArgumentParser()
+ServerArgs.add_cli_args(parser)
+flags = [
+    {
+        "option_strings": action.option_strings,
+        "dest": action.dest,
+        "nargs": action.nargs,
+        # A retired flag's value-taking action keeps what it stores in const_value.
+        "const": plain(getattr(action, "const_value", action.const)),
+        "default": plain(action.default),
+        "type": None if action.type is None else getattr(action.type, "__name__", str(action.type)),
+        "choices": None if action.choices is None else plain(action.choices),
+        "required": action.required,
+        "boolean_optional": isinstance(action, argparse.BooleanOptionalAction),
+    }
+    for action in parser._actions
+    if not isinstance(action, argparse._HelpAction)
+]
+fields = {}
+for field in msgspec.structs.fields(ServerArgs):
+    if field.default_factory is not msgspec.NODEFAULT:
+        fields[field.name] = plain(field.default_factory())
+    else:
+        fields[field.name] = None if field.default is msgspec.NODEFAULT else plain(field.default)
+json.dump({"version": sglang.__version__, "flags": flags, "fields": fields}, sys.stdout)
+"""
+VALUED_KINDS = ("store", "store_const_value")
+"""The table's kinds of a flag followed by values; the others are switches, which argparse gives nargs 0."""
+
+
+def _as_argparse_holds_it(option: dict[str, Any]) -> dict[str, Any]:
+    """A flag of the bundled table in the terms of _REAL_FLAGS_SCRIPT."""
+    return {
+        "option_strings": option["option_strings"],
+        "dest": option["dest"],
+        "nargs": option["nargs"] if option["action"] in VALUED_KINDS else 0,
+        "const": option["const"],
+        "default": option["default"],
+        "type": option["type"],
+        "choices": option["choices"],
+        "required": option["required"],
+        "boolean_optional": option["action"] == "boolean_optional",
+    }
+
+
+def _by_first_spelling(flags: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {flag["option_strings"][0]: flag for flag in flags}
+
+
+def test_the_bundled_flag_table_is_sglangs_parser(sglang_venv: Path) -> None:
+    """Campaign validation and ``fairbench sim`` read the bundled table: it must hold every flag of
+    SGLang's parser and no other, each with SGLang's spellings, arity, type, choices and default."""
+    script = [str(venv_python(sglang_venv)), "-c", _REAL_FLAGS_SCRIPT]
+    done = subprocess.run(script, capture_output=True, text=True, timeout=300, check=True)
+    real = json.loads(done.stdout)
+    table = flag_table()
+    assert table["sglang_version"] == real["version"]
+    real_flags = _by_first_spelling(real["flags"])
+    table_flags = _by_first_spelling([_as_argparse_holds_it(option) for option in table["options"]])
+    real_spellings = {spelling for flag in real["flags"] for spelling in flag["option_strings"]}
+    table_spellings = {spelling for option in table["options"] for spelling in option["option_strings"]}
+    differences = {
+        name: {
+            key: (value, real_flags[name][key])
+            for key, value in flag.items()
+            if real_flags[name][key] != value
+        }
+        for name, flag in table_flags.items()
+        if name in real_flags and flag != real_flags[name]
+    }
+    assert {
+        "SGLang's flags the table lacks": sorted(real_spellings - table_spellings),
+        "the table's flags SGLang lacks": sorted(table_spellings - real_spellings),
+        "(table, SGLang) where they differ": differences,
+    } == {
+        "SGLang's flags the table lacks": [],
+        "the table's flags SGLang lacks": [],
+        "(table, SGLang) where they differ": {},
+    }
+    assert len(table_flags) == len(table["options"]) == len(real["flags"])
+    # /server_info lists these fields in this order, with these defaults for the flags not given.
+    assert list(table["fields"]) == list(real["fields"])
+    assert {
+        name: (default, real["fields"][name])
+        for name, default in table["fields"].items()
+        if real["fields"][name] != default
+    } == {}

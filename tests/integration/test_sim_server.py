@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -110,6 +111,51 @@ async def stream(client: aiohttp.ClientSession, url: str, body: dict[str, Any], 
 async def get(client: aiohttp.ClientSession, url: str, **headers: str) -> tuple[int, bytes]:
     async with client.get(url, headers=headers) as response:
         return response.status, await response.read()
+
+
+# SGLang's /flush_cache answer when nothing runs (sglang/srt/entrypoints/http_server.py, 0.5.23).
+SGLANG_CACHE_FLUSHED = (
+    b"Cache flushed.\nPlease check backend logs for more details. "
+    b"(When there are running or waiting requests, the operation will not be performed.)\n"
+)
+# The labels SGLang's scheduler puts on its gauges with TP 1 and no DP (SchedulerMetricsCollector).
+SCHEDULER_LABELS = {
+    "model_name": "sim/test-model",
+    "engine_type": "unified",
+    "tp_rank": "0",
+    "pp_rank": "0",
+    "moe_ep_rank": "0",
+}
+_SAMPLE = re.compile(r"(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})? (?P<value>\S+)")
+_LABEL = re.compile(r'\s*(?P<key>[a-zA-Z_][a-zA-Z0-9_]*)="(?P<value>(?:[^"\\]|\\.)*)"\s*(?:,|$)')
+
+Labels = frozenset[tuple[str, str]]
+
+
+def prometheus_samples(text: str) -> dict[str, dict[Labels, float]]:
+    """Prometheus text exposition (format 0.0.4) read into metric name -> label set -> value; a line that
+    is neither a comment nor a well-formed sample fails the test."""
+    samples: dict[str, dict[Labels, float]] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        sample = _SAMPLE.fullmatch(line)
+        assert sample is not None, f"not a Prometheus sample: {line!r}"
+        label_text = sample["labels"] or ""
+        labels = [(match["key"], match["value"]) for match in _LABEL.finditer(label_text)]
+        assert "".join(match[0] for match in _LABEL.finditer(label_text)) == label_text, line
+        series = samples.setdefault(sample["name"], {})
+        assert frozenset(labels) not in series, f"a repeated series: {line!r}"
+        series[frozenset(labels)] = float(sample["value"])
+    return samples
+
+
+def sample_value(metrics: bytes, name: str, labels: dict[str, str]) -> float:
+    """The value of the one series ``name{labels}`` (exactly these labels) in a /metrics answer."""
+    series = prometheus_samples(metrics.decode()).get(name, {})
+    key = frozenset(labels.items())
+    assert key in series, f"no {name} with labels {labels}: {sorted(map(sorted, series))}"
+    return series[key]
 
 
 def completion_body(**extra: Any) -> dict[str, Any]:
@@ -332,13 +378,18 @@ def test_model_endpoints_flush_cache_and_metrics(generic_sim: Sim) -> None:
     assert replies["/v1/models/other"][0] == 404
     assert json.loads(replies["/v1/models/other"][1])["error"]["code"] == "model_not_found"
     assert json.loads(replies["/model_info"][1])["served_model_name"] == "sim/test-model"
-    assert replies["/flush_cache"] == (200, replies["/flush_cache"][1])
-    assert replies["/flush_cache"][1].startswith(b"Cache flushed.")
-    metrics = replies["/metrics"][1].decode()
-    assert 'sglang:num_running_reqs{model_name="sim/test-model",engine_type="unified"' in metrics
-    assert (
-        "sglang:generation_tokens_total{" in metrics and "fairbench_sim_schedule_lag_max_seconds{" in metrics
-    )
+    assert replies["/flush_cache"] == (200, SGLANG_CACHE_FLUSHED)
+    metrics_status, metrics = replies["/metrics"]
+    assert metrics_status == 200
+    # Nothing runs or waits between this module's requests.
+    assert sample_value(metrics, "sglang:num_running_reqs", SCHEDULER_LABELS) == 0.0
+    assert sample_value(metrics, "sglang:num_queue_reqs", SCHEDULER_LABELS) == 0.0
+    # The counters count what earlier tests of this module sent, streamed or not.
+    for streaming in ("true", "false"):
+        labels = {"model_name": "sim/test-model", "engine_type": "unified", "is_streaming": streaming}
+        assert sample_value(metrics, "sglang:generation_tokens_total", labels) >= 0.0
+    lag = sample_value(metrics, "fairbench_sim_schedule_lag_max_seconds", {"model_name": "sim/test-model"})
+    assert lag >= 0.0
     assert replies["/no/such/route"][0] == 404
 
 
@@ -587,10 +638,10 @@ def test_a_client_that_goes_away_leaves_the_batch() -> None:
                 ) as reply:
                     await reply.content.readline()
                     _, metrics = await get(client, f"{sim.url}/metrics")
-                    assert b"sglang:num_running_reqs{" in metrics and b"} 1.0" in metrics
+                    assert sample_value(metrics, "sglang:num_running_reqs", SCHEDULER_LABELS) == 1.0
+                    assert sample_value(metrics, "sglang:num_queue_reqs", SCHEDULER_LABELS) == 0.0
                 await asyncio.sleep(0.1)
-                return (await get(client, f"{sim.url}/metrics"))[1].decode()
+                return (await get(client, f"{sim.url}/metrics"))[1]
 
         metrics = asyncio.run(scenario())
-    running = next(line for line in metrics.splitlines() if line.startswith("sglang:num_running_reqs{"))
-    assert running.endswith("} 0.0")
+    assert sample_value(metrics, "sglang:num_running_reqs", SCHEDULER_LABELS) == 0.0
