@@ -1,10 +1,10 @@
-"""SGLang's own parser judges every shipped campaign (``fairbench validate --sglang-parser``).
+"""SGLang's own parser judges every shipped campaign (``fairbench validate --sglang-parser``) and the
+flag table bundled with fairbench.
 
 The parser needs SGLang 0.5.23, not a GPU: a venv with the CPU torch (``torch==2.13.0``, on this machine's
 disk), ``sglang==0.5.23 --no-deps`` and the few packages ``sglang.srt.server_args`` imports. It is built once
 under ~/.cache/fairbench/sglang-parser-venv (``FAIRBENCH_SGLANG_PARSER_VENV`` names another, or an existing
-one) and reused. Where it cannot be built the tests are skipped with the reason - except in CI (``CI`` set),
-where that is a failure: the check must run there.
+one) and reused. Where it cannot be built the tests are skipped with the reason, which in CI is a failure.
 """
 
 from __future__ import annotations
@@ -46,8 +46,7 @@ BUILD_TIMEOUT_S = 1800
 
 
 def _unavailable(reason: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(f"SGLang's parser venv is required in CI: {reason}")
+    """Skip the caller (in CI a failure: tests/support/ci_skips.py)."""
     pytest.skip(f"SGLang's parser venv cannot be built here: {reason}")
 
 
