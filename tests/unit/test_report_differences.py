@@ -3,11 +3,23 @@ per-start values ignored (DP ranks' included), derived values told from set ones
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from fairbench.report.differences import Declared, compare_settings, flatten, launch_flags
-from fairbench.report.load import ConfigResult, unit_environment
+import pytest
+from tests.unit.test_report_load import replaced
+
+from fairbench.report.differences import (
+    Declared,
+    PairDifferences,
+    compare_settings,
+    flatten,
+    launch_flags,
+    run_differences,
+    threats,
+)
+from fairbench.report.load import ConfigResult, Run, unit_environment
 
 
 def test_flatten_gives_dotted_names_and_drops_empty_mappings() -> None:
@@ -45,20 +57,27 @@ def test_declared_flags_cover_their_fields_nested_ones_included() -> None:
     assert not declared.covers("sweep", "workload.input_len")
 
 
-def _on_host(host: str, gpus: list[dict[str, Any]]) -> ConfigResult:
-    host_info = {"hostname": host, "kernel": "6.1", "gpu": {"driver_version": "580.95", "gpus": gpus}}
-    return ConfigResult(
+def _result(name: str = "baseline", host: str = "lab1", /, **files: Any) -> ConfigResult:
+    """A config result of ``name`` on ``host`` whose settings files (``server_info``, ``host_info``,
+    ``environment``, ``sweep_settings``) hold nothing unless given; one given as None is missing."""
+    empty = ConfigResult(
         host=host,
-        name="tp8",
-        path=Path(host) / "tp8",
+        name=name,
+        path=Path(host) / name,
         status={"status": "ok"},
         points=[],
         server_info={},
-        host_info=host_info,
+        host_info={},
         environment={},
         sweep_settings={},
         journal_excerpt=[],
     )
+    return replace(empty, **files)
+
+
+def _on_host(host: str, gpus: list[dict[str, Any]]) -> ConfigResult:
+    host_info = {"hostname": host, "kernel": "6.1", "gpu": {"driver_version": "580.95", "gpus": gpus}}
+    return _result("tp8", host, host_info=host_info)
 
 
 def _gpu(index: int, uuid: str, bus: str, name: str = "NVIDIA H200") -> dict[str, Any]:
@@ -74,21 +93,6 @@ def test_hosts_compare_gpu_by_gpu_without_the_fields_that_name_one_gpu() -> None
     assert [(d.name, d.value_a, d.value_b) for d in threats] == [
         ("gpu.gpus.0.name", "NVIDIA H200", "NVIDIA H100")
     ]
-
-
-def _server(info: dict[str, Any]) -> ConfigResult:
-    return ConfigResult(
-        host="lab1",
-        name="baseline",
-        path=Path("lab1") / "baseline",
-        status={"status": "ok"},
-        points=[],
-        server_info=info,
-        host_info={},
-        environment={},
-        sweep_settings={},
-        journal_excerpt=[],
-    )
 
 
 def _info(port: int, seed: int, **fields: Any) -> dict[str, Any]:
@@ -110,7 +114,7 @@ def _info(port: int, seed: int, **fields: Any) -> dict[str, Any]:
 
 
 def _verdicts(a: dict[str, Any], b: dict[str, Any], declared: Declared | None = None) -> dict[str, str]:
-    pair = compare_settings(_server(a), _server(b), declared or Declared())
+    pair = compare_settings(_result(server_info=a), _result(server_info=b), declared or Declared())
     return {difference.name: difference.verdict for difference in pair.differences}
 
 
@@ -173,3 +177,268 @@ def test_launch_flags_keep_each_flags_words_together() -> None:
         "--tp-size": ("8",),
     }
     assert launch_flags(None) == {}
+
+
+def _rows(pair: PairDifferences) -> list[tuple[str, str, str, str, str]]:
+    """Each difference as (source, name, repr of each value, verdict): repr keeps ``1`` and ``True`` apart."""
+    return [(d.source, d.name, repr(d.value_a), repr(d.value_b), d.verdict) for d in pair.differences]
+
+
+# --- sources that could not be compared -------------------------------------------------------------------
+
+FILES_OF = {
+    "server": ("server_info", "server_info.json"),
+    "environment": ("environment", "unit.service"),
+    "host": ("host_info", "host.json"),
+    "sweep": ("sweep_settings", "sweep.json"),
+}
+"""Each source's field of ConfigResult and the file it is read from."""
+FIRST_SETTINGS = {
+    "server_info": {"schedule_policy": "fcfs"},
+    "environment": {"NCCL_ALGO": "Ring"},
+    "host_info": {"kernel": "6.8.0-87-generic"},
+    "sweep_settings": {"repeats": 1},
+}
+SECOND_SETTINGS = {
+    "server_info": {"schedule_policy": "lpm"},
+    "environment": {"NCCL_ALGO": "Tree"},
+    "host_info": {"kernel": "6.8.0-90-generic"},
+    "sweep_settings": {"repeats": 2},
+}
+EVERY_SOURCE_DIFFERING = [
+    ("server", "schedule_policy", "'fcfs'", "'lpm'", "threat"),
+    ("environment", "NCCL_ALGO", "'Ring'", "'Tree'", "threat"),
+    ("host", "kernel", "'6.8.0-87-generic'", "'6.8.0-90-generic'", "threat"),
+    ("sweep", "repeats", "1", "2", "threat"),
+]
+"""What FIRST_SETTINGS and SECOND_SETTINGS compare as, with every source present."""
+
+
+@pytest.mark.parametrize("damage", ["missing", "unreadable"])
+@pytest.mark.parametrize("source", FILES_OF)
+def test_a_source_one_side_lacks_is_not_compared_and_the_others_are(source: str, damage: str) -> None:
+    field, file = FILES_OF[source]
+    first = _result("tp8", **FIRST_SETTINGS)
+    assert _rows(compare_settings(first, _result("ep4", **SECOND_SETTINGS), Declared())) == (
+        EVERY_SOURCE_DIFFERING
+    )
+    unreadable = frozenset({file}) if damage == "unreadable" else frozenset()
+    second = _result("ep4", **{**SECOND_SETTINGS, field: None}, unreadable=unreadable)
+    pair = compare_settings(first, second, Declared())
+    assert [(item.source, item.result.name, item.why) for item in pair.not_compared] == [
+        (source, "ep4", f"{file} {damage}")
+    ]
+    assert _rows(pair) == [row for row in EVERY_SOURCE_DIFFERING if row[0] != source]
+
+
+def test_a_source_both_sides_lack_is_named_for_each_and_nothing_of_it_compared() -> None:
+    first = _result("tp8", **{**FIRST_SETTINGS, "host_info": None})
+    second = _result("ep4", **{**SECOND_SETTINGS, "host_info": None}, unreadable=frozenset({"host.json"}))
+    pair = compare_settings(first, second, Declared())
+    assert [(item.source, item.result.name, item.why) for item in pair.not_compared] == [
+        ("host", "tp8", "host.json missing"),
+        ("host", "ep4", "host.json unreadable"),
+    ]
+    assert [row[:2] for row in _rows(pair)] == [
+        ("server", "schedule_policy"),
+        ("environment", "NCCL_ALGO"),
+        ("sweep", "repeats"),
+    ]
+
+
+# --- derived values ---------------------------------------------------------------------------------------
+
+
+def test_what_sglang_sizes_from_free_memory_is_derived_in_nested_and_rank_fields() -> None:
+    """A server started with less device memory free: a smaller KV cache and fewer, smaller graphs."""
+    roomy, tight = _info(1, 1, max_total_tokens=None), _info(2, 2, max_total_tokens=917504)
+    for info, tokens, kv_gb, graph_gb, batch_sizes in (
+        (roomy, 1048576, 61.24, 0.41, [1, 2, 4, 8]),
+        (tight, 917504, 53.59, 0.37, [1, 2, 4]),
+    ):
+        info["max_total_num_tokens"] = tokens
+        rank = info["internal_states"][0]
+        rank["memory_usage"] |= {"kvcache": kv_gb, "token_capacity": tokens, "graph": {"decode": graph_gb}}
+        rank["decode_cuda_graph_bs"] = batch_sizes
+        rank["decode_cuda_graph_memory_gb"] = graph_gb
+    assert _verdicts(roomy, tight) == {
+        "internal_states.0.decode_cuda_graph_bs": "derived",
+        "internal_states.0.decode_cuda_graph_memory_gb": "derived",
+        "internal_states.0.memory_usage.graph.decode": "derived",
+        "internal_states.0.memory_usage.kvcache": "derived",
+        "internal_states.0.memory_usage.token_capacity": "derived",
+        "max_total_num_tokens": "derived",
+        # The flag a user sets is compared as set: --max-total-tokens, undeclared, on one side (the
+        # rank repeats it, so it counts once).
+        "max_total_tokens": "threat",
+    }
+
+
+def test_a_derived_value_whose_flags_differ_is_intended_only_if_every_differing_flag_was_declared() -> None:
+    graphs = _info(1, 1, cuda_graph_max_bs_decode=None, cuda_graph_bs_decode=None)
+    graphs["cuda_graph_config"] = {"decode": {"max_bs": 32, "bs": [1, 2, 4, 8, 16, 32]}}
+    fewer = _info(2, 2, cuda_graph_max_bs_decode=8, cuda_graph_bs_decode=[1, 2, 4, 8])
+    fewer["cuda_graph_config"] = {"decode": {"max_bs": 8, "bs": [1, 2, 4, 8]}}
+    fewer["launch_command"] += " --cuda-graph-max-bs-decode 8 --cuda-graph-bs-decode 1 2 4 8"
+    one_declared = Declared(args=frozenset({"cuda-graph-max-bs-decode"}))
+    assert _verdicts(graphs, fewer, one_declared) == {
+        "cuda_graph_max_bs_decode": "intended",
+        "cuda_graph_bs_decode": "threat",
+        "cuda_graph_config.decode.max_bs": "threat",
+        "cuda_graph_config.decode.bs": "threat",
+    }
+    both_declared = Declared(args=frozenset({"cuda-graph-max-bs-decode", "cuda-graph-bs-decode"}))
+    assert set(_verdicts(graphs, fewer, both_declared).values()) == {"intended"}
+
+
+# --- fields not compared ----------------------------------------------------------------------------------
+
+
+def _start(address: str, port: int, seed: int, status: str, *, frontend: str = "python") -> dict[str, Any]:
+    """/server_info of one start on one host: its own address, ports, seed, state and live figures."""
+    info = _info(port, seed, host=address, nccl_port=port + 11233, frontend=frontend)
+    info["status"] = status
+    rank = info["internal_states"][0]
+    rank["step_time_dict"] = {"1": [seed / 1e10]}
+    rank["avg_spec_accept_length"] = seed / 1e8
+    rank["dspark_info_record"] = [{"rid": str(seed)}]
+    if frontend == "rust":
+        info["rust_server_startup_time"] = seed / 1e9
+        info["rust_mm_transport"] = {"bytes_sent": seed}
+    info["sim"] = {
+        "profile": "kimi-k2.6-8xpro6000",
+        "profile_description": f"step times measured on {address}",
+        "layout": "tp8",
+        "performance_model": {"t0_ms": seed / 1e8},
+        "scheduler": {"dp_size": 1, "decode_steps_per_round": seed % 8 + 1},
+    }
+    return info
+
+
+def _host_json(hostname: str, uuids: tuple[str, str], buses: tuple[str, str]) -> dict[str, Any]:
+    """host.json of a host with two H200s, as host_facts writes it."""
+    return {
+        "hostname": hostname,
+        "os": "Ubuntu 24.04.3 LTS",
+        "kernel": "6.8.0-87-generic",
+        "machine": "x86_64",
+        "python": "3.12.3",
+        "python_executable": "/opt/fairbench/venv/bin/python",
+        "fairbench": "0.1.0",
+        "gpu": {
+            "gpus": [_gpu(0, uuids[0], buses[0]), _gpu(1, uuids[1], buses[1])],
+            "driver_version": "580.159.04",
+            "cuda_version": "13.0",
+            "links": {"0-1": "NV18"},
+            "interconnect": "nvlink",
+            "reason": None,
+            "sources": {"smi": "nvidia-smi"},
+        },
+    }
+
+
+LAB1 = _host_json("lab1", ("GPU-ccf73502", "GPU-fad8c7f9"), ("00000000:19:00.0", "00000000:3B:00.0"))
+LAB2 = _host_json("lab2", ("GPU-8c53b78e", "GPU-b29276a1"), ("00000000:1A:00.0", "00000000:3C:00.0"))
+
+
+def test_two_starts_on_two_hosts_differ_only_in_fields_that_are_not_compared() -> None:
+    started = _start("10.0.0.1", 30001, 419541313, "ready")
+    first = _result("tp8", "lab1", server_info=started, host_info=LAB1)
+    # The Rust frontend's own start-up figures are absent from the Python one's.
+    rust = _start("10.0.0.2", 30002, 1717976, "starting", frontend="rust")
+    second = _result("tp8", "lab2", server_info=rust, host_info=LAB2)
+    assert _rows(compare_settings(first, second, Declared())) == [
+        ("server", "frontend", "'python'", "'rust'", "threat")
+    ]
+    python = _start("10.0.0.2", 30002, 1717976, "starting")
+    pair = compare_settings(first, replace(second, server_info=python), Declared())
+    assert (pair.differences, pair.not_compared) == ([], [])
+
+
+def test_the_fields_beside_an_ignored_one_are_compared() -> None:
+    first, second = _start("10.0.0.1", 30001, 419541313, "ready"), _start("10.0.0.2", 30002, 1717976, "ready")
+    second["sim"]["profile"] = "kimi-k2.6-8xh200"
+    second["internal_states"][0]["memory_usage"]["kvcache"] = 53.59
+    assert _verdicts(first, second) == {
+        "internal_states.0.memory_usage.kvcache": "derived",
+        "sim.profile": "threat",
+    }
+
+
+# --- values of another type -------------------------------------------------------------------------------
+
+TYPE_MISMATCHES = {
+    "number and text": ("server", "tp_size", 8, "8"),
+    "true and 1": ("server", "trust_remote_code", True, 1),
+    "false and 0": ("server", "disable_cuda_graph", False, 0),
+    "list and text": ("server", "cuda_graph_bs_decode", [1, 2, 4, 8], "1 2 4 8"),
+    "integers and floats in a list": ("server", "cuda_graph_bs_decode", [1, 2, 4, 8], [1.0, 2.0, 4.0, 8.0]),
+    "sweep number and text": ("sweep", "gpus", 8, "8"),
+}
+
+
+@pytest.mark.parametrize("source, name, value_a, value_b", TYPE_MISMATCHES.values(), ids=TYPE_MISMATCHES)
+def test_a_setting_of_another_type_on_each_side_is_a_difference(
+    source: str, name: str, value_a: Any, value_b: Any
+) -> None:
+    field, _ = FILES_OF[source]
+    pair = compare_settings(
+        _result(**{field: {name: value_a}}), _result(**{field: {name: value_b}}), Declared()
+    )
+    assert _rows(pair) == [(source, name, repr(value_a), repr(value_b), "threat")]
+
+
+def test_a_rank_holding_a_value_of_another_type_departs_from_the_top_level() -> None:
+    first, second = _info(1, 1, tp_size=8), _info(2, 2, tp_size=8)
+    second["internal_states"][0]["tp_size"] = "8"
+    pair = compare_settings(_result(server_info=first), _result(server_info=second), Declared())
+    assert _rows(pair) == [("server", "internal_states.0.tp_size", "8", "'8'", "threat")]
+
+
+# --- hosts ------------------------------------------------------------------------------------------------
+
+
+def test_two_hosts_of_one_kind_have_no_difference() -> None:
+    pair = compare_settings(
+        _result("tp8", "lab1", host_info=LAB1), _result("tp8", "lab2", host_info=LAB2), Declared()
+    )
+    assert (pair.differences, pair.not_compared) == ([], [])
+
+
+HOST_CHANGES = {
+    "kernel": ("6.8.0-87-generic", "6.8.0-90-generic"),
+    "gpu.driver_version": ("580.159.04", "580.95.05"),
+    "gpu.cuda_version": ("13.0", "12.8"),
+    "os": ("Ubuntu 24.04.3 LTS", "Ubuntu 22.04.5 LTS"),
+    "fairbench": ("0.1.0", "0.2.0"),
+    "gpu.interconnect": ("nvlink", "pcie"),
+    "gpu.links.0-1": ("NV18", "SYS"),
+}
+"""Facts of host.json as LAB1 has them and as another host might."""
+
+
+@pytest.mark.parametrize("name, values", HOST_CHANGES.items(), ids=HOST_CHANGES)
+def test_a_host_fact_differing_between_hosts_is_a_threat_with_each_hosts_value(
+    name: str, values: tuple[str, str]
+) -> None:
+    on_lab1, on_lab2 = values
+    first = _result("tp8", "lab1", host_info=LAB1)
+    second = _result("tp8", "lab2", host_info=replaced(LAB2, name, on_lab2))
+    pair = compare_settings(first, second, Declared())
+    assert _rows(pair) == [("host", name, repr(on_lab1), repr(on_lab2), "threat")]
+    assert [(t.source, t.name, [(r.host, v) for r, v in t.values]) for t in threats([pair])] == [
+        ("host", name, [("lab1", on_lab1), ("lab2", on_lab2)])
+    ]
+
+
+def test_a_driver_upgraded_between_two_runs_is_a_threat_to_comparing_them() -> None:
+    campaign = {"configs": {"tp8": {"args": {"tp-size": 8}}}, "workload": {"api": "completions"}}
+
+    def run(run_id: str, host_info: dict[str, Any]) -> Run:
+        return Run(Path(run_id), campaign, [_result("tp8", "lab1", host_info=host_info)], {})
+
+    before = run("before", replaced(LAB1, "gpu.driver_version", "580.95.05"))
+    (pair,) = run_differences(before, run("after", LAB1))
+    assert _rows(pair) == [("host", "gpu.driver_version", "'580.95.05'", "'580.159.04'", "threat")]
+    (same,) = run_differences(run("again", LAB1), run("after", LAB1))
+    assert same.differences == []

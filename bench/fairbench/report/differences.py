@@ -238,7 +238,14 @@ def _ignored(source: str, name: str) -> bool:
 
 
 def _same(value_a: Any, value_b: Any) -> bool:
-    return bool(value_a == value_b) and type(value_a) is type(value_b)
+    """Equal and of one type, down to each item of a list: ``1`` is neither ``true`` nor ``1.0``."""
+    if type(value_a) is not type(value_b):
+        return False
+    if isinstance(value_a, list):
+        return len(value_a) == len(value_b) and all(map(_same, value_a, value_b))
+    if isinstance(value_a, Mapping):
+        return value_a.keys() == value_b.keys() and all(_same(value_a[key], value_b[key]) for key in value_a)
+    return bool(value_a == value_b)
 
 
 def _server_fields(info: Mapping[str, Any]) -> dict[str, Any]:

@@ -58,6 +58,14 @@ def setting_value(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
+def setting_values(values: Sequence[Any]) -> list[str]:
+    """Each value as :func:`setting_value` shows it, unless two that differ would look alike (``8`` and
+    ``"8"``, ``none`` and ``"none"``): then each as JSON, where a string has its quotes."""
+    shown = [setting_value(value) for value in values]
+    typed = [json.dumps(value, separators=(",", ":"), default=str) for value in values]
+    return shown if len(set(shown)) == len(set(typed)) else typed
+
+
 def change(comparison: Comparison | None) -> str:
     """``+12.3 % (significant)``, ``-0.4 % (within noise)``, or untested with one repeat; not compared
     where a value is not finite."""
@@ -83,8 +91,9 @@ def _threat_alert(found: Sequence[Threat], label: Label, title: str) -> Alert:
     items = []
     for threat in found:
         by_value: dict[str, list[str]] = {}
-        for result, value in threat.values:
-            by_value.setdefault(setting_value(value), []).append(label(result))
+        shown = setting_values([value for _, value in threat.values])
+        for (result, _), value in zip(threat.values, shown, strict=True):
+            by_value.setdefault(value, []).append(label(result))
         values = "; ".join(f"{', '.join(names)}: `{value}`" for value, names in by_value.items())
         items.append(f"{threat.source} `{threat.name}`: {values}")
     return Alert("threat", title.format(count=len(found)), items)
@@ -294,8 +303,7 @@ def difference_blocks(pairs: Sequence[PairDifferences], label: Label, heading_le
                     difference.verdict.upper() if difference.verdict == "threat" else difference.verdict,
                     difference.source,
                     f"`{difference.name}`",
-                    setting_value(difference.value_a),
-                    setting_value(difference.value_b),
+                    *setting_values([difference.value_a, difference.value_b]),
                 ]
                 for difference in sorted(pair.differences, key=lambda item: item.verdict != "threat")
             ]
