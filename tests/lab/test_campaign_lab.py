@@ -9,18 +9,15 @@ temporary directory (``-e bench_results_root=...``), never into results/. Skippe
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
-from tests.support.lab_hosts import INVENTORY, answering_lab_hosts
+from tests.support.lab_hosts import INVENTORY, ansible_env, answering_lab_hosts, tool
 
 from fairbench.campaign import load_campaign
 
@@ -64,29 +61,27 @@ class CampaignRun:
         return self.run_dir / host / config
 
 
-def _ansible_bin(name: str) -> str:
-    beside = Path(sys.executable).parent / name
-    found = str(beside) if beside.exists() else shutil.which(name)
-    if found is None:
-        pytest.skip(f"{name} not installed (make venv)")
-    return found
-
-
 def ansible_playbook(playbook: str, *args: str) -> PlaybookRun:
-    argv = [_ansible_bin("ansible-playbook"), "-i", str(INVENTORY), playbook, *args]
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    argv = [tool("ansible-playbook"), "-i", str(INVENTORY), playbook, *args]
     result = subprocess.run(
-        argv, capture_output=True, text=True, cwd=REPO, env=env, timeout=PLAYBOOK_TIMEOUT_S, check=False
+        argv,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=ansible_env(),
+        timeout=PLAYBOOK_TIMEOUT_S,
+        check=False,
     )
     return PlaybookRun(result.returncode, result.stdout + result.stderr)
 
 
 def ansible_command(host: str, command: str, tree: Path) -> dict[str, object]:
     """One command on one lab host through Ansible; its result (rc, stdout, stderr)."""
-    argv = [_ansible_bin("ansible"), "-i", str(INVENTORY), host, "-m", "ansible.builtin.command"]
+    argv = [tool("ansible"), "-i", str(INVENTORY), host, "-m", "ansible.builtin.command"]
     argv += ["-a", command, "--tree", str(tree)]
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
-    subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=env, timeout=120, check=False)
+    subprocess.run(
+        argv, capture_output=True, text=True, cwd=REPO, env=ansible_env(), timeout=120, check=False
+    )
     result: dict[str, object] = json.loads((tree / host).read_text())
     return result
 
@@ -96,7 +91,7 @@ def campaign_run(tmp_path_factory: pytest.TempPathFactory) -> CampaignRun:
     hosts = answering_lab_hosts()
     results_root = tmp_path_factory.mktemp("results")
     run_id = time.strftime("pytest-%Y%m%dT%H%M%S", time.gmtime())
-    argv = [_ansible_bin("fairbench"), "run", CAMPAIGN, "-i", str(INVENTORY), "--run-id", run_id]
+    argv = [tool("fairbench"), "run", CAMPAIGN, "-i", str(INVENTORY), "--run-id", run_id]
     argv += ["-e", f"bench_results_root={results_root}", "-e", "bench_sweep_poll_s=1"]
     done = subprocess.run(
         argv, capture_output=True, text=True, cwd=REPO, timeout=PLAYBOOK_TIMEOUT_S, check=False
@@ -209,6 +204,10 @@ def test_a_server_that_dies_at_start_fails_the_health_stage_at_once(campaign_run
         assert "no profile 'no-such-profile'" in "\n".join(status["journal_tail"])
         assert (config_dir / "unit.service").is_file()
         assert not (config_dir / "points.jsonl").exists()
+    report = (campaign_run.run_dir / "report.md").read_text()
+    for host in campaign_run.hosts:
+        assert f"**{NEVER_STARTING_CONFIG}@{host}**: failed at stage `health`" in report
+    assert "no profile 'no-such-profile'" in report  # the journal excerpt the role's status.json carries
 
 
 def test_every_rendered_unit_passes_systemd_analyze_verify(campaign_run: CampaignRun, tmp_path: Path) -> None:
@@ -275,3 +274,37 @@ def test_check_mode_plans_a_new_run_without_running_it(campaign_run: CampaignRun
     for host in campaign_run.hosts:
         listing = ansible_command(host, f"ls /var/lib/fairbench/results/labtest/{run_id}", tmp_path)
         assert listing["rc"] != 0, f"{host}: check mode wrote results"
+
+
+def test_a_failed_deploy_fails_every_config_of_the_host_at_deploy_and_the_report_says_so(
+    campaign_run: CampaignRun,
+) -> None:
+    run_id = f"{campaign_run.run_id}-no-deploy"
+    # No sources to build fairbench's wheel from: the deploy fails on the control node, for every host.
+    argv = [tool("fairbench"), "run", CAMPAIGN, "-i", str(INVENTORY), "--run-id", run_id]
+    argv += [
+        "-e",
+        f"bench_results_root={campaign_run.results_root}",
+        "-e",
+        "bench_source_dir=/nonexistent/src",
+    ]
+    done = subprocess.run(
+        argv, capture_output=True, text=True, cwd=REPO, timeout=PLAYBOOK_TIMEOUT_S, check=False
+    )
+    assert done.returncode != 0, done.stdout[-3000:]
+    run_dir = campaign_run.results_root / "labtest" / run_id
+    campaign = load_campaign(REPO / CAMPAIGN)
+    report = (run_dir / "report.md").read_text()
+    for host in campaign_run.hosts:
+        for config in campaign.configs.values():
+            status = json.loads((run_dir / host / config.name / "status.json").read_text())
+            assert (status["status"], status["stage"], status["unit"]) == ("failed", "deploy", config.unit)
+            # The task that failed and the command's own words, not just "non-zero return code"; the build
+            # runs once, on the first host, for every host.
+            ran_it = campaign_run.hosts[0]
+            assert status["reason"] == ("" if host == ran_it else f"{ran_it}, for every host: ") + (
+                "Build the fairbench wheel on the control node, once per run: non-zero return code: "
+                "ERROR Source /nonexistent/src is not a directory"
+            ), status
+            assert not (run_dir / host / config.name / "points.jsonl").exists()
+            assert f"**{config.name}@{host}**: failed at stage `deploy`: {status['reason']}" in report

@@ -11,10 +11,8 @@ import json
 import os
 import re
 import resource
-import shutil
 import socket
 import subprocess
-import sys
 import textwrap
 import time
 import urllib.request
@@ -24,11 +22,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tests.support.lab_hosts import INVENTORY, REPO, ansible_env, tool
 
 pytestmark = pytest.mark.lab
 
-REPO = Path(__file__).resolve().parents[2]
-INVENTORY = Path(os.environ.get("FAIRBENCH_LAB_INVENTORY", REPO / "inventory" / "lab.yml"))
 GROUP = "gpu_hosts"
 TIMEOUT = 300  # seconds for one ansible run; the hosts answer in about one
 
@@ -60,21 +57,6 @@ class Lab:
         return result
 
 
-def _ansible_bin(name: str) -> str | None:
-    """The ansible executables of the interpreter running the tests (the venv), else the PATH's."""
-    beside = Path(sys.executable).parent / name
-    return str(beside) if beside.exists() else shutil.which(name)
-
-
-def _ansible_env() -> dict[str, str]:
-    return {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_FORCE_COLOR": "0",
-    }
-
-
 def _port_open(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1):
@@ -93,8 +75,7 @@ def lab() -> Lab:
     """The running lab, or a skip that says why it cannot be used."""
     if not INVENTORY.exists():
         pytest.skip(f"lab not up: {INVENTORY} missing (run tests/lab/lab.sh up)")
-    if _ansible_bin("ansible") is None or _ansible_bin("ansible-playbook") is None:
-        pytest.skip("ansible-core is not installed")
+    tool("ansible"), tool("ansible-playbook")
     group = (yaml.safe_load(INVENTORY.read_text()) or {}).get("all", {}).get("children", {}).get(GROUP) or {}
     group_vars = group.get("vars", {})
     hosts = [
@@ -129,10 +110,10 @@ def two_hosts(lab: Lab) -> tuple[LabHost, LabHost]:
 
 def ansible_adhoc(pattern: str, module: str, args: str, tree: Path) -> dict[str, dict[str, object]]:
     """Runs an ad-hoc module; returns each host's result (ansible's --tree writes one JSON file per host)."""
-    ansible = str(_ansible_bin("ansible"))
+    ansible = tool("ansible")
     argv = [ansible, "-i", str(INVENTORY), pattern, "-m", module, "-a", args, "--tree", str(tree)]
     result = subprocess.run(
-        argv, capture_output=True, text=True, env=_ansible_env(), cwd=REPO, timeout=TIMEOUT, check=False
+        argv, capture_output=True, text=True, env=ansible_env(), cwd=REPO, timeout=TIMEOUT, check=False
     )
     assert result.returncode == 0, f"ansible {module} failed:\n{result.stdout}\n{result.stderr}"
     return {path.name: json.loads(path.read_text()) for path in tree.iterdir()}
@@ -142,9 +123,9 @@ def ansible_playbook(playbook: str, tmp_path: Path, *extra: str) -> str:
     """Runs an inline playbook (YAML text) against the lab inventory; fails the test with its output."""
     path = tmp_path / "playbook.yml"
     path.write_text(textwrap.dedent(playbook))
-    argv = [str(_ansible_bin("ansible-playbook")), "-i", str(INVENTORY), str(path), *extra]
+    argv = [tool("ansible-playbook"), "-i", str(INVENTORY), str(path), *extra]
     result = subprocess.run(
-        argv, capture_output=True, text=True, env=_ansible_env(), cwd=REPO, timeout=TIMEOUT, check=False
+        argv, capture_output=True, text=True, env=ansible_env(), cwd=REPO, timeout=TIMEOUT, check=False
     )
     assert result.returncode == 0, f"ansible-playbook failed:\n{result.stdout}\n{result.stderr}"
     return result.stdout

@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import functools
 import http.server
-import os
 import re
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,7 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 from tests.lab.stub_repo import build_repo, build_wheelhouse
-from tests.support.lab_hosts import INVENTORY, answering_lab_hosts
+from tests.support.lab_hosts import INVENTORY, ansible_env, answering_lab_hosts, tool
 from tests.support.real_sglang import SGLANG_VERSION
 
 pytestmark = pytest.mark.lab
@@ -38,8 +36,6 @@ REPO = Path(__file__).resolve().parents[2]
 PLAYBOOK = "playbooks/provision.yml"
 PLAYBOOK_TIMEOUT_S = 900
 UV_VERSION = "0.13.9"
-# Ansible's commands from the venv running the tests, else from PATH.
-BIN = Path(sys.executable).parent
 GPU_SKIP = "GPU checks skipped on {host}: no NVIDIA GPU found by lspci (nvidia_driver_require_gpu is false)"
 
 
@@ -56,20 +52,12 @@ class PlaybookRun:
         raise AssertionError(f"no PLAY RECAP line for {host}:\n{self.output[-3000:]}")
 
 
-def _tool(name: str) -> str:
-    return str(BIN / name) if (BIN / name).exists() else name
-
-
-def _ansible_env() -> dict[str, str]:
-    return {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-
-
 def _on_host(host: str, command: str) -> subprocess.CompletedProcess[str]:
     """Runs a shell command on a lab host (ad-hoc Ansible, the inventory's connection settings)."""
     return subprocess.run(
-        [_tool("ansible"), "-i", str(INVENTORY), host, "-o", "-m", "ansible.builtin.shell", "-a", command],
+        [tool("ansible"), "-i", str(INVENTORY), host, "-o", "-m", "ansible.builtin.shell", "-a", command],
         cwd=REPO,
-        env=_ansible_env(),
+        env=ansible_env(),
         capture_output=True,
         text=True,
         timeout=120,
@@ -142,7 +130,7 @@ def extra_vars(stub_repo_url: str, tmp_path_factory: pytest.TempPathFactory) -> 
 def _provision(host: str, extra_vars: Path, *args: str) -> PlaybookRun:
     done = subprocess.run(
         [
-            _tool("ansible-playbook"),
+            tool("ansible-playbook"),
             "-i",
             str(INVENTORY),
             PLAYBOOK,
@@ -153,7 +141,7 @@ def _provision(host: str, extra_vars: Path, *args: str) -> PlaybookRun:
             *args,
         ],
         cwd=REPO,
-        env=_ansible_env(),
+        env=ansible_env(),
         capture_output=True,
         text=True,
         timeout=PLAYBOOK_TIMEOUT_S,

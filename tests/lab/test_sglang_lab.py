@@ -15,10 +15,7 @@ Needs a lab host that has no SGLang yet (the provisioning tests install a stub o
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +23,7 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.support.lab_hosts import INVENTORY, answering_lab_hosts
+from tests.support.lab_hosts import INVENTORY, ansible_env, answering_lab_hosts, tool
 from tests.support.unit_exposure import UNIT_EXPOSURE, exposure
 
 pytestmark = pytest.mark.lab
@@ -39,17 +36,9 @@ HOST = "lab1"
 RUN_TIMEOUT_S = 2400
 
 
-def _tool(name: str) -> str:
-    beside = Path(sys.executable).parent / name
-    found = str(beside) if beside.exists() else shutil.which(name)
-    if found is None:
-        pytest.fail(f"{name} not installed (make venv)")
-    return found
-
-
 def _on_host(command: str) -> subprocess.CompletedProcess[str]:
-    argv = [_tool("ansible"), "-i", str(INVENTORY), HOST, "-o", "-m", "ansible.builtin.shell", "-a", command]
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    argv = [tool("ansible"), "-i", str(INVENTORY), HOST, "-o", "-m", "ansible.builtin.shell", "-a", command]
+    env = ansible_env()
     return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -89,7 +78,7 @@ class Run:
 
 def _fairbench_run(campaign: Path, results: Path, *extra: str) -> Run:
     run_id = time.strftime("pytest-%Y%m%dT%H%M%S", time.gmtime())
-    argv = [_tool("fairbench"), "run", str(campaign), "-i", str(INVENTORY), "--run-id", run_id]
+    argv = [tool("fairbench"), "run", str(campaign), "-i", str(INVENTORY), "--run-id", run_id]
     argv += ["--limit", HOST, "-e", "sglang_on_cpu=true", "-e", f"bench_results_root={results}", *extra]
     done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=RUN_TIMEOUT_S, check=False)
     name = yaml.safe_load(campaign.read_text())["name"]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,3 +30,23 @@ def answering_lab_hosts() -> list[str]:
     if len(up) < 2:
         pytest.skip(f"lab not up: {len(up)} of the hosts in {INVENTORY} answer (run tests/lab/lab.sh up 2)")
     return up
+
+
+def tool(name: str) -> str:
+    """An executable of the venv running the tests (ansible, ansible-playbook, fairbench), else the PATH's;
+    skips the caller where there is neither (CI makes that a failure)."""
+    beside = Path(sys.executable).parent / name
+    found = str(beside) if beside.exists() else shutil.which(name)
+    if found is None:
+        pytest.skip(f"{name} not installed (make venv)")
+    return found
+
+
+def ansible_env() -> dict[str, str]:
+    """The environment Ansible runs in for the lab tests: the repository's ansible.cfg, plain output."""
+    return {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+    }
