@@ -22,7 +22,6 @@ exit 2) is tested in tests/integration/test_sim_server.py and tests/unit/test_si
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import socket
 import subprocess
@@ -38,6 +37,7 @@ from statistics import mean, median
 from typing import Any
 
 import pytest
+from tests.support import sweep_process
 
 from fairbench.campaign import load_campaign
 from fairbench.sim.args import SimConfig, resolve
@@ -161,23 +161,11 @@ K26_VOCAB = ("--vocab-size", "163840")
 
 
 def sweep_command(url: str, out: Path, *args: str) -> list[str]:
-    return [*FAIRBENCH, "sweep", "--url", url, "--out", str(out), "--progress", "lines", *K26_VOCAB, *args]
+    return sweep_process.sweep_args(url, out, *args, vocab=K26_VOCAB)
 
 
 def run_sweep(url: str, out: Path, *args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
-    """The sweep as a process; a sweep that hangs fails the test through ``TimeoutExpired``."""
-    return subprocess.run(
-        sweep_command(url, out, *args), cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False
-    )
-
-
-def points_of(out: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (out / "points.jsonl").read_text().splitlines()]
-
-
-def requests_of(out: Path, point_id: str) -> list[dict[str, Any]]:
-    with gzip.open(out / "requests" / f"{point_id}.jsonl.gz", "rt") as handle:
-        return [json.loads(line) for line in handle]
+    return sweep_process.run_sweep(url, out, *args, vocab=K26_VOCAB, timeout=timeout, cwd=REPO)
 
 
 def trace_of(path: Path) -> list[dict[str, Any]]:
@@ -216,8 +204,8 @@ def test_the_sweep_measures_what_the_simulator_sent_and_what_its_model_predicts(
         config = sim.config()
     assert result.returncode == 0, result.stderr
 
-    (point,) = points_of(out)
-    records = requests_of(out, point["point_id"])
+    (point,) = sweep_process.points(out)
+    records = sweep_process.requests_of(out, point["point_id"])
     assert point["completed"] == len(records) == max(16, 2 * concurrency)
     assert all(record["error"] == "" for record in records)
     # The point's clock runs while its requests do, no longer: throughput is tokens over that time.
@@ -353,7 +341,7 @@ def test_the_k26_profile_reproduces_the_published_campaign_through_a_sweep(tmp_p
         published = PUBLISHED[name][0 if level == 1 else 1]
         assert published is not None
         config = sims[name, level].config()
-        (point,) = points_of(tmp_path / f"{name}-c{level}")
+        (point,) = sweep_process.points(tmp_path / f"{name}-c{level}")
         assert point["completed"] == point["num_prompts"] == max(16, level)
         # The model at the campaign's full length must give the table...
         full = predict_point(
@@ -366,7 +354,7 @@ def test_the_k26_profile_reproduces_the_published_campaign_through_a_sweep(tmp_p
             # The point's clock ran while the wave waited for the end of the load, until the first
             # prefill forward (of as many requests as one chunk holds) began: when it sent its first
             # tokens, less its modelled time.
-            records = requests_of(tmp_path / f"{name}-c{level}", point["point_id"])
+            records = sweep_process.requests_of(tmp_path / f"{name}-c{level}", point["point_id"])
             sent = {entry["rid"]: entry for entry in trace_of(traces[name, level])}
             served = [sent[record["rid"]] for record in records]
             per_forward = config.limits.chunked_prefill_size // workload.input_len
@@ -415,11 +403,11 @@ def timed_sweep(url: str, out: Path, *args: str) -> tuple[subprocess.CompletedPr
 
 def check_points(out: Path, levels: list[int]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
     """Every level has its point and its records, and the point counts what the records say."""
-    points = points_of(out)
+    points = sweep_process.points(out)
     assert [point["max_concurrency"] for point in points] == levels
     checked = []
     for point in points:
-        records = requests_of(out, point["point_id"])
+        records = sweep_process.requests_of(out, point["point_id"])
         failed = [record for record in records if record["error"]]
         assert point["failed"] == len(failed)
         assert point["completed"] == len(records) - len(failed)

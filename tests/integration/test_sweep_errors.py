@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support import sweep_process
 from tests.support.sse_server import StartServer
 
 from fairbench.ansible_support import sweep
@@ -24,19 +25,16 @@ from fairbench.results import ResultsDir, ResultsError
 from fairbench.sweep import SweepSpec
 from fairbench.workload import WorkloadSpec
 
-FAIRBENCH = [sys.executable, "-m", "fairbench"]
-# The test servers have no model files to learn a vocabulary from.
-SHORT = ("--vocab-size", "30000", "--input-len", "8", "--output-len", "4", "--warmup", "0")
+# A short workload: each sweep here is about how it ends, not what it measures.
+SHORT = ("--input-len", "8", "--output-len", "4", "--warmup", "0")
 
 
 def sweep_args(url: str, out: Path, *extra: str) -> list[str]:
-    return [*FAIRBENCH, "sweep", "--url", url, "--out", str(out), "--progress", "lines", *SHORT, *extra]
+    return sweep_process.sweep_args(url, out, *SHORT, *extra)
 
 
 def run_sweep(url: str, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        sweep_args(url, out, *extra), capture_output=True, text=True, timeout=60, check=False
-    )
+    return sweep_process.run_sweep(url, out, *SHORT, *extra, timeout=60)
 
 
 def last_line(result: subprocess.CompletedProcess[str]) -> str:
@@ -49,10 +47,6 @@ def last_line(result: subprocess.CompletedProcess[str]) -> str:
 def summary_rows(stdout: str) -> list[list[str]]:
     """The summary table's rows (C, rep, ok, ...), without its header."""
     return [line.split() for line in stdout.splitlines() if line.split()[:1] and line.split()[0].isdigit()]
-
-
-def lines_of(out: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (out / "points.jsonl").read_text().splitlines()]
 
 
 def records_in(path: Path) -> list[dict[str, Any]]:
@@ -84,7 +78,7 @@ def test_a_second_writer_is_refused_naming_the_directory(sse_server: StartServer
     finally:
         first.kill()
         first.communicate()
-    assert [point["point_id"] for point in lines_of(out)] == ["c1-r0", "c2-r0"]
+    assert [point["point_id"] for point in sweep_process.points(out)] == ["c1-r0", "c2-r0"]
 
 
 # --- the model, recorded and checked on resume ----------------------------------------------------------
@@ -107,7 +101,7 @@ def test_a_resume_against_a_server_serving_another_model_is_refused_naming_both(
         "there are of 'org/model-a', this sweep's is 'org/model-b'"
     )
     assert [row[:3] for row in summary_rows(refused.stdout)] == [["1", "0", "16"]]  # what is there
-    assert len(lines_of(out)) == 1
+    assert len(sweep_process.points(out)) == 1
 
     # A directory from before the model was recorded resumes, and records it from then on.
     settings = json.loads((out / "sweep.json").read_text())
@@ -116,7 +110,7 @@ def test_a_resume_against_a_server_serving_another_model_is_refused_naming_both(
     resumed = run_sweep(other.url, out, "--concurrency", "1,2", "--resume")
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads((out / "sweep.json").read_text())["model"] == "org/model-b"
-    assert len(lines_of(out)) == 2
+    assert len(sweep_process.points(out)) == 2
 
 
 # --- a failed point measured again, on request ----------------------------------------------------------
@@ -141,7 +135,7 @@ def test_failed_points_are_measured_again_only_on_request_and_their_lines_are_ke
     assert again.returncode == 0, again.stderr
     assert "measuring again 2 point(s) that completed no request: c1-r0, c2-r0" in again.stderr
     assert [row[:3] for row in summary_rows(again.stdout)] == [["1", "0", "16"], ["2", "0", "20"]]
-    failed_lines, new_lines = lines_of(out)[:2], lines_of(out)[2:]
+    failed_lines, new_lines = sweep_process.points(out)[:2], sweep_process.points(out)[2:]
     assert [line["completed"] for line in failed_lines] == [0, 0]
     assert [line["supersedes"] for line in new_lines] == [
         {"line": 1, "requests": "requests/c1-r0.line1.jsonl.gz"},
