@@ -13,7 +13,8 @@ per GPU the check prints:
 with the ratios to the counter (integral J alone where a GPU has no counter), mean power, samples and
 the rate achieved, then each phase's mean nvidia-smi power (proof the load was real). It exits 1 when a
 ratio is off by more than 5 %, the rate is below 10 Hz, or a GPU's full load draws less than 1.2 x
-its idle; 0 when every GPU agrees. It also prints the sampler's own CPU use. Takes ~30-40 s.
+its idle; 0 when every GPU agrees; 2 when it cannot check (no PyTorch, no CUDA device, the load did not
+start). It also prints the sampler's own CPU use. Takes ~30-40 s.
 
     PYTHONPATH=$PWD/bench python3 tests/perf/energy_check.py [--hz 20] [--tolerance 0.05]
 """
@@ -233,7 +234,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if os.environ.get("CUDA_VISIBLE_DEVICES"):
         print("unset CUDA_VISIBLE_DEVICES: the check loads every GPU, numbered as NVML numbers them")
         return 2
-    import torch  # noqa: PLC0415 - seconds to import: only once the arguments are known
+    try:
+        import torch  # noqa: PLC0415 - seconds to import: only once the arguments are known
+    except ImportError:
+        print("no PyTorch: the load runs on it (pip install torch, built for CUDA)")
+        return 2
 
     count = torch.cuda.device_count()
     if count == 0:
