@@ -9,7 +9,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fairbench.metrics import (
     chunk_itls_ns,
@@ -92,13 +95,30 @@ def test_percentile_ends_and_single_value() -> None:
     assert percentile([7], 99) == 7
 
 
-def test_percentile_rounds_like_numpy() -> None:
-    # numpy interpolates from the nearer neighbour: with weight 0.9, high - (high-low)*0.1.
-    # 0.2 + 0.5*0.9 gives 0.6499999999999999 in floats; numpy (and we) give 0.65.
-    assert percentile([0.2, 0.7], 90) == 0.65
-    assert percentile([0.2, 1.3], 90) == 1.19
-    # below weight 0.5 numpy uses low + (high-low)*w: 0.1 + 0.6*0.7 is 0.5199999999999999 in floats.
+def test_percentile_rounds_like_numpy_on_both_sides_of_the_midpoint() -> None:
+    # numpy's linear method interpolates from the nearer neighbour: low + (high-low)*w for w < 0.5,
+    # high - (high-low)*(1-w) from w = 0.5 on. The two differ in the last bit, one way or the other:
+    # [0.1, 0.7] at p30 (w = 0.3): 0.1 + 0.6*0.3 = 0.28; from the high side 0.27999999999999997.
+    assert percentile([0.1, 0.7], 30) == 0.28
+    # p70 (w = 0.7, and 1 - 0.7 = 0.30000000000000004): 0.7 - 0.6*that = 0.5199999999999999; from the
+    # low side 0.52.
     assert percentile([0.1, 0.7], 70) == 0.5199999999999999
+    # p50 (w = 0.5) is the high side's: 0.7 - 0.3 = 0.39999999999999997; from the low side 0.4.
+    assert percentile([0.1, 0.7], 50) == 0.39999999999999997
+    # [0.2, 0.7] at p90 (w = 0.9, high - low = 0.49999999999999994): 0.65; from the low side
+    # 0.6499999999999999.
+    assert percentile([0.2, 0.7], 90) == 0.65
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    values=st.lists(st.floats(-1e9, 1e9, allow_nan=False) | st.integers(-(10**6), 10**6), max_size=40),
+    q=st.floats(0, 100) | st.sampled_from([50, 90, 95, 99]),
+)
+def test_percentile_is_numpys_linear_method_bit_for_bit(values: list[float], q: float) -> None:
+    # numpy itself as the reference (it comes with matplotlib, of the report extra): the same float in
+    # every last bit, on either side of w = 0.5, for numpy's 0.0 of no values too.
+    assert percentile(values, q) == numpy.percentile(values or [0.0], q)
 
 
 def test_empty_values_give_zero_like_numpy_of_zero() -> None:
