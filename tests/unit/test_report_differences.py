@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.unit.test_report_load import replaced
+from tests.support.report_files import replaced
 
 from fairbench.report.differences import (
     Declared,

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.report_files import CAMPAIGN, first_screen, lines, point
 from tests.support.results_tree import REPO, SERVING_ENVIRONMENT, fairbench_report
-from tests.unit.test_report_load import CAMPAIGN, first_screen, lines, point
 
 from fairbench.gpu import facts_from
 from fairbench.report.document import setting_values

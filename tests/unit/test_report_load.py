@@ -6,39 +6,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
-from tests.support.results_tree import REPO
+from tests.support.report_files import CAMPAIGN, first_screen, lines, point, replaced, without
 
-from fairbench.campaign import load_campaign
 from fairbench.report.build import headlines, report_blocks
 from fairbench.report.load import ConfigResult, Run, load_run
 from fairbench.report.markdown import render_markdown
-from fairbench.results import ResultsError, point_id
+from fairbench.results import ResultsError
 
-CAMPAIGN = load_campaign(REPO / "campaigns" / "demo.yml").to_json()
 CONFIGS = ("tp8", "ep4")
 NO_THREAT = "No undeclared differences"
-
-
-def point(concurrency: int, repeat: int = 0, **figures: Any) -> dict[str, Any]:
-    return {
-        "point_id": point_id(concurrency, repeat),
-        "max_concurrency": concurrency,
-        "repeat": repeat,
-        "completed": 16,
-        "failed": 0,
-        "output_throughput": 100.0 * concurrency + repeat,
-        "median_ttft_ms": 10.0,
-        "p99_ttft_ms": 20.0,
-        "median_tpot_ms": 1.0,
-        **figures,
-    }
-
-
-def lines(*points: dict[str, Any]) -> bytes:
-    return b"".join(json.dumps(item).encode() + b"\n" for item in points)
 
 
 SETTINGS_FILES = {"server_info.json": b"{}", "host.json": b"{}", "sweep.json": b"{}", "unit.service": b""}
@@ -72,10 +50,6 @@ def result(run: Run, name: str) -> ConfigResult:
 def markdown(run: Run) -> str:
     _, blocks = report_blocks([run], headlines([run]), [])
     return render_markdown(blocks)
-
-
-def first_screen(report: str) -> str:
-    return report[: report.index("## Headline")]
 
 
 def level_rows(report: str, config: str) -> dict[str, dict[str, str]]:
@@ -236,26 +210,6 @@ def test_a_garbage_file_of_one_config_is_named_and_the_others_are_shown(
     assert all(problem in first_screen(report) for problem in problems)
     if file == "status.json":
         assert "- **tp8**: unreadable" in first_screen(report)
-
-
-def without(data: dict[str, Any], dotted: str) -> dict[str, Any]:
-    copy = json.loads(json.dumps(data))
-    *parents, last = dotted.split(".")
-    holder = copy
-    for key in parents:
-        holder = holder[key]
-    del holder[last]
-    return copy
-
-
-def replaced(data: dict[str, Any], dotted: str, value: Any) -> dict[str, Any]:
-    copy = json.loads(json.dumps(data))
-    *parents, last = dotted.split(".")
-    holder = copy
-    for key in parents:
-        holder = holder[key]
-    holder[last] = value
-    return copy
 
 
 BAD_CAMPAIGNS = {
