@@ -27,6 +27,7 @@ statistics of nccl.json here (``size_result``).
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
@@ -467,7 +468,7 @@ class Runner:
                 for rank, code, tail in failed
             )
             raise NcclError(f"variant {variant.name}: {what}{details}")
-        return self._document(variant, children[0][1].lines)
+        return self.document(variant, children[0][1].lines)
 
     def _wait(self, children: Sequence[subprocess.Popen[str]]) -> bool:
         """Waits for every rank; True when the timeout ran out. Once a rank fails, the others (stuck in
@@ -487,7 +488,8 @@ class Runner:
             time.sleep(POLL_INTERVAL_S)
         return False
 
-    def _document(self, variant: Variant, stdout: list[str]) -> dict[str, Any]:
+    def document(self, variant: Variant, stdout: list[str]) -> dict[str, Any]:
+        """Rank 0's JSON document, checked against the protocol and the sizes asked for."""
         try:
             document = json.loads("\n".join(stdout))
         except ValueError:
@@ -496,14 +498,36 @@ class Runner:
             ) from None
         if not isinstance(document, dict) or document.get("protocol") != WORKER_PROTOCOL:
             raise NcclError(f"variant {variant.name}: rank 0's document is not protocol {WORKER_PROTOCOL}")
-        measured = {item.get("bytes") for item in document.get("sizes", []) if isinstance(item, dict)}
+        items = document.get("sizes")
+        if not isinstance(items, list) or not all(
+            isinstance(item, dict) and isinstance(item.get("bytes"), int) for item in items
+        ):
+            raise NcclError(f"variant {variant.name}: rank 0's sizes are not a list of objects with bytes")
+        measured = {item["bytes"] for item in items}
         missing = [size.bytes for size in self.spec.sizes if size.bytes not in measured]
         if missing or document.get("world_size") != self.spec.gpus:
             raise NcclError(
                 f"variant {variant.name}: rank 0 reported world size {document.get('world_size')} "
                 f"(expected {self.spec.gpus}) and lacks sizes {missing}"
             )
+        for item in items:
+            for key in ("eager_us", "graph_us"):
+                times = item.get(key)
+                if (key == "eager_us" or times is not None) and not _is_times(times):
+                    raise NcclError(
+                        f"variant {variant.name}: rank 0's {key} of {item['bytes']} bytes is not a list of "
+                        f"microseconds: {str(times)[:80]}"
+                    )
         return document
+
+
+def _is_times(value: Any) -> bool:
+    """A non-empty list of finite numbers (not booleans)."""
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in value)
+    )
 
 
 def write_result(document: Mapping[str, Any], out_dir: Path) -> Path:

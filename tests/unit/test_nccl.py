@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ from fairbench.nccl import (
     CampaignInputs,
     MessageSize,
     NcclError,
+    Runner,
     SweepSpec,
     Variant,
     add_variants,
@@ -316,3 +319,51 @@ def test_report_section_from_a_real_recording_on_2x_h200(tmp_path: Path) -> None
         assert figures in rows[f"**{variant['name']}**"]
     assert "tp8-nccl |" in rows["**tp8-nccl**"]
     assert "none of the campaign's" in rows["**p2p-off**"]
+
+
+def _broken(change: Callable[[dict[str, Any]], object]) -> dict[str, Any]:
+    document = _worker_document(list(_spec([]).sizes), 0.001, 2)
+    change(document)
+    return document
+
+
+SIZES = [size.bytes for size in _spec([]).sizes]
+NOT_OBJECTS = "rank 0's sizes are not a list of objects with bytes"
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ("not json", "rank 0 printed no JSON document"),
+        ({**_broken(lambda d: d), "protocol": 2}, "rank 0's document is not protocol 1"),
+        (_broken(lambda d: d.update(sizes={"bytes": 1})), NOT_OBJECTS),
+        (_broken(lambda d: d["sizes"].append(7)), NOT_OBJECTS),
+        (_broken(lambda d: d["sizes"][0].update(bytes=str(SIZES[0]))), NOT_OBJECTS),
+        (_broken(lambda d: d["sizes"].pop()), f"and lacks sizes [{SIZES[-1]}]"),
+        (_broken(lambda d: d.update(world_size=4)), "reported world size 4 (expected 2)"),
+        (
+            _broken(lambda d: d["sizes"][0].pop("eager_us")),
+            f"rank 0's eager_us of {SIZES[0]} bytes is not a list",
+        ),
+        (_broken(lambda d: d["sizes"][1].update(eager_us=[])), f"eager_us of {SIZES[1]} bytes is not a list"),
+        (_broken(lambda d: d["sizes"][1].update(graph_us=[1.0, "2"])), f"graph_us of {SIZES[1]} bytes"),
+        (_broken(lambda d: d["sizes"][0].update(graph_us=[True])), f"graph_us of {SIZES[0]} bytes"),
+    ],
+)
+def test_a_worker_document_off_the_protocol_is_an_error_naming_the_variant_and_key(
+    document: object, message: str
+) -> None:
+    runner = Runner(_spec([]), python="python3")
+    text = document if isinstance(document, str) else json.dumps(document)
+    with pytest.raises(NcclError, match=re.escape(message)) as raised:
+        runner.document(Variant("tp8-nccl", {}, ("tp8",)), text.splitlines())
+    assert str(raised.value).startswith("variant tp8-nccl: ")
+
+
+def test_a_worker_document_on_the_protocol_is_taken_whole() -> None:
+    document = _worker_document(list(_spec([]).sizes), 0.001, 2)
+    document["sizes"][0]["graph_us"] = None  # a size whose graph was not captured
+    runner = Runner(_spec([]), python="python3")
+    assert (
+        runner.document(Variant("default", {}, ()), json.dumps(document, indent=1).splitlines()) == document
+    )
