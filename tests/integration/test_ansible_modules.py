@@ -118,7 +118,7 @@ workload: {api: chat, dataset: random-ids, input_len: 64, output_len: 32, concur
 
 
 def _expanded_facts(source: str) -> dict[str, Any]:
-    """EXPANDED_CAMPAIGN expanded by hand, as DESIGN.md and fairbench.campaign's docstring describe it:
+    """EXPANDED_CAMPAIGN expanded by hand, as fairbench.campaign's docstring describes it:
     flags sorted by key after ``--model-path``, ``true`` a bare flag and ``false`` none, the simulator's
     flags last; ``declared`` what differs from common, ``unset`` the keys of common a config lost."""
     common_args = {
