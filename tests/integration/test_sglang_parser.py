@@ -213,7 +213,8 @@ def test_the_offline_flag_check_agrees_with_sglangs_parser(sglang_venv: Path) ->
 
 
 # Runs inside the SGLang venv: every option of ServerArgs.add_cli_args as argparse holds it, and every
-# ServerArgs field with its default, as plain JSON (sets sorted, other objects as their str).
+# ServerArgs field with its default, as plain JSON (sets sorted, other objects as their str). Written apart
+# from tools/gen_sglang_flags.py, which made the table: a fault of the generator shows here.
 _REAL_FLAGS_SCRIPT = r"""
 import argparse, json, sys
 import msgspec, sglang
