@@ -8,7 +8,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 try:
-    from fairbench.campaign import CampaignError, load_campaign
+    from fairbench.campaign.load import CampaignError, load_campaign
 except ImportError as exc:
     FAIRBENCH_IMPORT_ERROR = (
         f"fairbench is not importable: use the Python of the venv running ansible-playbook: {exc}"
@@ -21,7 +21,7 @@ module: fairbench_campaign
 short_description: Load, check and expand a fairbench campaign file
 description:
   - Runs on the control node with a Python that imports fairbench (the venv running ansible-playbook).
-  - Returns the expanded campaign (fairbench.campaign.Campaign.to_json) as the fact C(fairbench_campaign),
+  - Returns the expanded campaign (C(Campaign.to_json), fairbench.campaign) as the fact C(fairbench_campaign),
     the only place Ansible learns about configs.
   - A campaign that breaks a rule fails the task; every message names the file, the key path and the rule.
 options:

@@ -8,9 +8,9 @@ from pathlib import Path
 from ansible.module_utils.basic import AnsibleModule
 
 try:
+    from fairbench.measure.results import ResultsError
     from fairbench.report.build import write_report
     from fairbench.report.load import load_run
-    from fairbench.results import ResultsError
 except ImportError as exc:
     FAIRBENCH_IMPORT_ERROR = (
         f"fairbench is not importable: use the Python of the venv running ansible-playbook: {exc}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ansible.module_utils.basic import AnsibleModule
 
 try:
-    from fairbench.ansible_support import ServingError, host_facts, wait_until_healthy
+    from fairbench.hosts.ansible_support import ServingError, host_facts, wait_until_healthy
 except ImportError as exc:
     FAIRBENCH_IMPORT_ERROR = (
         f"fairbench is not importable: use fairbench's venv Python (ansible_python_interpreter): {exc}"
@@ -51,7 +51,7 @@ server_info:
   description: The server's /server_info.
   type: dict
 host:
-  description: OS, kernel, Python and fairbench version of the host, and its GPUs (gpu, fairbench.gpu facts).
+  description: OS, kernel, Python and fairbench version of the host, and its GPUs (gpu: fairbench.hosts.gpu).
   type: dict
 """
 

@@ -8,13 +8,13 @@ from pathlib import Path
 from ansible.module_utils.basic import AnsibleModule
 
 try:
-    from fairbench.ansible_support import sweep, sweep_spec
-    from fairbench.campaign import CampaignError, Workload
-    from fairbench.client import ServerUnreachable
-    from fairbench.energy import GpuSelectionError
-    from fairbench.results import ResultsError
-    from fairbench.vocabulary import VocabularyError
-    from fairbench.workload import WorkloadError
+    from fairbench.campaign.load import CampaignError, Workload
+    from fairbench.hosts.ansible_support import sweep, sweep_spec
+    from fairbench.measure.client import ServerUnreachable
+    from fairbench.measure.energy import GpuSelectionError
+    from fairbench.measure.results import ResultsError
+    from fairbench.measure.vocabulary import VocabularyError
+    from fairbench.measure.workload import WorkloadError
 except ImportError as exc:
     FAIRBENCH_IMPORT_ERROR = (
         f"fairbench is not importable: use fairbench's venv Python (ansible_python_interpreter): {exc}"

@@ -8,7 +8,7 @@ from pathlib import Path
 from ansible.module_utils.basic import AnsibleModule
 
 try:
-    from fairbench.ansible_support import background_sweep
+    from fairbench.hosts.ansible_support import background_sweep
 except ImportError as exc:
     FAIRBENCH_IMPORT_ERROR = (
         f"fairbench is not importable: use fairbench's venv Python (ansible_python_interpreter): {exc}"
@@ -66,7 +66,7 @@ finished:
   description: Whether the sweep has ended.
   type: bool
 progress:
-  description: While it runs, the sweep's progress (fairbench.progress.Progress.state).
+  description: While it runs, the sweep's progress (fairbench.measure.progress.Progress.state).
   type: dict
 out:
   description: The results directory followed.

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ansible.module_utils.basic import AnsibleModule
 
 try:
-    from fairbench.gpu import GpuFactsError, collect
+    from fairbench.hosts.gpu import GpuFactsError, collect
 except ImportError as exc:
     FAIRBENCH_IMPORT_ERROR = (
         f"fairbench is not importable: use fairbench's venv Python (ansible_python_interpreter): {exc}"
@@ -21,7 +21,7 @@ description:
   - Runs on the GPU host with fairbench's venv as its Python (C(ansible_python_interpreter)).
   - Runs C(nvidia-smi) (its header: driver and CUDA versions), C(nvidia-smi --query-gpu=... --format=csv)
     (each GPU) and C(nvidia-smi topo -m) (the link between each GPU pair, CPU and NUMA affinity), and
-    returns them as the fact C(gpu_facts) (fairbench.gpu.GpuFacts.to_json).
+    returns them as the fact C(gpu_facts) (fairbench.hosts.gpu.GpuFacts.to_json).
   - A host without nvidia-smi is no failure; its facts list no GPUs and say why (C(reason)).
   - Fails, naming the command and the line, when nvidia-smi fails or prints what the parsers do not know.
   - Only reads (never changed); runs in check mode too.

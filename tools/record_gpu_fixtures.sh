@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Record what nvidia-smi says on this GPU host into DIR, as a fixture set for fairbench's GPU fact parsers
-# (bench/fairbench/gpu.py; tests/unit/test_gpu_facts.py tests every set under tests/fixtures/gpu/):
+# (bench/fairbench/hosts/gpu.py; tests/unit/test_gpu_facts.py tests every set under tests/fixtures/gpu/):
 #
 #   bash tools/record_gpu_fixtures.sh tests/fixtures/gpu/h200x1
 #
-# The first three are the commands fairbench.gpu.collect runs, spelled exactly as it does (a unit test
+# The first three are the commands fairbench.hosts.gpu.collect runs, spelled exactly as it does (a unit test
 # checks that they match); nvidia-smi-q.xml is the independent source the tests check the parsers against.
 # Needs only nvidia-smi: no fairbench, no Python.
 set -euo pipefail

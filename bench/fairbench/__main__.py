@@ -2,6 +2,6 @@
 
 import sys
 
-from fairbench.cli import main
+from fairbench.cli.main import main
 
 sys.exit(main())

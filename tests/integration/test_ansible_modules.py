@@ -27,8 +27,8 @@ from tests.support.fake_nvidia_smi import write_fake_nvidia_smi
 from tests.support.sse_server import StartServer
 from tests.support.unit_exposure import UNIT_EXPOSURE, exposure
 
-from fairbench.campaign import load_campaign
-from fairbench.results import ResultsDir
+from fairbench.campaign.load import load_campaign
+from fairbench.measure.results import ResultsDir
 
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
@@ -118,7 +118,7 @@ workload: {api: chat, dataset: random-ids, input_len: 64, output_len: 32, concur
 
 
 def _expanded_facts(source: str) -> dict[str, Any]:
-    """EXPANDED_CAMPAIGN expanded by hand, as fairbench.campaign's docstring describes it:
+    """EXPANDED_CAMPAIGN expanded by hand, as fairbench.campaign.load's docstring describes it:
     flags sorted by key after ``--model-path``, ``true`` a bare flag and ``false`` none, the simulator's
     flags last; ``declared`` what differs from common, ``unset`` the keys of common a config lost."""
     common_args = {

@@ -1,6 +1,6 @@
 """``fairbench nccl`` end to end with the real worker on a fake torch (tests/support/fake_nccl_worker.py).
 
-No torch, no GPUs: bench/fairbench/nccl_worker.py runs as it is, and only what torch measures is made up
+No torch, no GPUs: bench/fairbench/nccl/worker.py runs as it is, and only what torch measures is made up
 (an all-reduce of S bytes takes 10 + S/1000 us, half that in a CUDA graph). Each process records the rank
 and environment it got, so these tests see what the workers are started with, and the worker's own
 output, arguments and errors are what ``fairbench nccl`` reads.
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from fairbench.nccl import PROGRESS_PREFIX, WORKER_PROTOCOL
+from fairbench.nccl.runner import PROGRESS_PREFIX, WORKER_PROTOCOL, WORKER_SCRIPT
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE_WORKER = REPO / "tests/support/fake_nccl_worker.py"
@@ -91,7 +91,7 @@ def test_a_failed_capture_is_recorded_and_later_sizes_run_eagerly_only() -> None
 def test_the_worker_refuses_bad_arguments_as_argparse_does(argv: list[str], message: str) -> None:
     done = run_worker(*argv)
     assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.splitlines()[-1] == f"nccl_worker.py: error: {message}"
+    assert done.stderr.splitlines()[-1] == f"{WORKER_SCRIPT.name}: error: {message}"
 
 
 # --- the sweep: one worker per GPU per variant ------------------------------------------------------------

@@ -21,12 +21,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.support.results_tree import REPO, brief_run
 
+from fairbench.measure.results import ResultsError
 from fairbench.report.build import headlines, report_blocks, write_report
 from fairbench.report.figures import FIGURES
 from fairbench.report.html import render_html
 from fairbench.report.load import ConfigResult, Run, load_run
 from fairbench.report.markdown import render_markdown
-from fairbench.results import ResultsError
 
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 CONFIGS = ("tp8", "ep4")

@@ -22,10 +22,10 @@ import pytest
 import yaml
 from tests.support.real_sglang import SGLANG_VERSION
 
-from fairbench import campaign as campaign_module
-from fairbench import campaign_cli
-from fairbench.campaign import ArgValue, CampaignError, load_campaign, parse_campaign, render_flags
-from fairbench.sglang_parser import check_campaign, parse_argvs, venv_python
+from fairbench.campaign import load as campaign_module
+from fairbench.campaign.load import ArgValue, CampaignError, load_campaign, parse_campaign, render_flags
+from fairbench.campaign.sglang_parser import check_campaign, parse_argvs, venv_python
+from fairbench.cli import validate as campaign_cli
 from fairbench.sim.args import flag_table
 
 REPO = Path(__file__).resolve().parents[2]

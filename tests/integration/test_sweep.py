@@ -18,7 +18,7 @@ import pytest
 from tests.support.sse_server import RunningServer, StartServer
 from tests.support.sweep_process import FAIRBENCH, points, requests_of, run_sweep, sweep_args
 
-from fairbench import bounds
+from fairbench.measure import bounds
 
 # The result keys of sglang.bench_serving 0.5.23 (the "Results" part of its result line),
 # written out here rather than imported, so the test does not trust the code it checks.

@@ -39,7 +39,7 @@ from typing import Any
 import pytest
 from tests.support import sweep_process
 
-from fairbench.campaign import load_campaign
+from fairbench.campaign.load import load_campaign
 from fairbench.sim.args import SimConfig, resolve
 from fairbench.sim.command import configure
 from fairbench.sim.predict import predict_point

@@ -20,10 +20,10 @@ import pytest
 from tests.support import sweep_process
 from tests.support.sse_server import StartServer
 
-from fairbench.ansible_support import sweep
-from fairbench.results import ResultsDir, ResultsError
-from fairbench.sweep import SweepSpec
-from fairbench.workload import WorkloadSpec
+from fairbench.hosts.ansible_support import sweep
+from fairbench.measure.results import ResultsDir, ResultsError
+from fairbench.measure.sweep import SweepSpec
+from fairbench.measure.workload import WorkloadSpec
 
 # A short workload: each sweep here is about how it ends, not what it measures.
 SHORT = ("--input-len", "8", "--output-len", "4", "--warmup", "0")
@@ -300,7 +300,7 @@ class CtrlCDuringImport:
         return None
 
 sys.meta_path.insert(0, CtrlCDuringImport())
-from fairbench.cli import main
+from fairbench.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
 

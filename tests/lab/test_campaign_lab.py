@@ -19,7 +19,7 @@ import pytest
 import yaml
 from tests.support.lab_hosts import INVENTORY, ansible_env, answering_lab_hosts, tool
 
-from fairbench.campaign import load_campaign
+from fairbench.campaign.load import load_campaign
 
 pytestmark = pytest.mark.lab
 

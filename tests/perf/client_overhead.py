@@ -121,7 +121,7 @@ def cpu_between(samples: Sequence[tuple[int, int]], start_ns: int, end_ns: int) 
 
 
 def steady_window(records: list[dict[str, Any]], concurrency: int) -> tuple[int, int]:
-    """From the C-th start to the first end after the last start (as fairbench.metrics defines it)."""
+    """From the C-th start to the first end after the last start (as fairbench.measure.metrics defines it)."""
     starts = sorted(record["start_ns"] for record in records)
     last_start = starts[-1]
     return starts[concurrency - 1], min(r["end_ns"] for r in records if r["end_ns"] > last_start)

@@ -1,9 +1,9 @@
-"""Does fairbench.energy count the joules the GPUs draw? A real load on every GPU, counted three ways.
+"""Does fairbench.measure.energy count the joules the GPUs draw? A real load on every GPU, counted three ways.
 
 Every GPU runs the same schedule at once: idle 2 s, full load 10 s (8192x8192 bf16 matmuls back to back),
 half duty 5 s (250 ms of matmuls, 250 ms idle), idle 2 s. The schedule starts and ends idle so that a
 power reading that is itself a moving average (NVML documents up to 1 s on recent GPUs) lags in and out
-of the load alike. An EnergySampler (fairbench.energy, as a sweep uses it) runs over the whole schedule;
+of the load alike. An EnergySampler (fairbench.measure.energy, as a sweep uses it) runs over the schedule;
 per GPU the check prints:
 
   counter J    nvmlDeviceGetTotalEnergyConsumption, end - start (a sweep's energy where the GPU has it)
@@ -35,7 +35,7 @@ from typing import Any
 # NVML numbers GPUs by PCI bus id; CUDA must too, so that CUDA device i is NVML's GPU i.
 os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
 
-from fairbench.energy import COUNTER, MIN_HZ, EnergySampler, GpuEnergy
+from fairbench.measure.energy import COUNTER, MIN_HZ, EnergySampler, GpuEnergy
 
 MATRIX = 8192
 BATCH = 8

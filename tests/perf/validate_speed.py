@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from fairbench.campaign import MAX_CAMPAIGN_BYTES, MAX_CAMPAIGN_NODES, MAX_EXPANDED_VALUES
+from fairbench.campaign.load import MAX_CAMPAIGN_BYTES, MAX_CAMPAIGN_NODES, MAX_EXPANDED_VALUES
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""bench/fairbench/nccl_worker.py itself, run on a fake torch: its arguments, output and errors, without GPUs.
+"""bench/fairbench/nccl/worker.py itself, run on a fake torch: its arguments, output and errors, without GPUs.
 
 The worker is run by path, as ``fairbench nccl`` runs it, after ``torch``, ``torch.cuda`` and
 ``torch.distributed`` are replaced by the stand-ins below: whatever the worker writes is the real worker's
@@ -32,7 +32,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-REAL_WORKER = Path(__file__).resolve().parents[2] / "bench/fairbench/nccl_worker.py"
+REAL_WORKER = Path(__file__).resolve().parents[2] / "bench/fairbench/nccl/worker.py"
 LL_LIMIT_BYTES = 4 * 2**20
 BF16_BYTES = 2
 DEVICE_NAME = "Fake GPU"

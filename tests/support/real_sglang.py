@@ -28,7 +28,7 @@ import pytest
 import yaml
 from tests.support.tiny_model import build as build_tiny_model
 
-from fairbench.campaign import load_campaign
+from fairbench.campaign.load import load_campaign
 
 REPO = Path(__file__).resolve().parents[2]
 LAB_CAMPAIGN = REPO / "campaigns" / "lab-sglang.yml"

@@ -8,8 +8,8 @@ from typing import Any
 
 from tests.support.results_tree import REPO
 
-from fairbench.campaign import load_campaign
-from fairbench.results import point_id
+from fairbench.campaign.load import load_campaign
+from fairbench.measure.results import point_id
 
 CAMPAIGN = load_campaign(REPO / "campaigns" / "demo.yml").to_json()
 

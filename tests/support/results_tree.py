@@ -2,7 +2,7 @@
 
 For each config of a campaign, as roles/bench/tasks/config.yml does on a host: start the server (the
 simulator, with the config's argv and environment), wait for ``/health_generate``, save
-``/server_info``, the host facts (``fairbench.ansible_support.host_facts``) and a unit file with its
+``/server_info``, the host facts (``fairbench.hosts.ansible_support.host_facts``) and a unit file with its
 ``Environment=`` and ``ExecStart=`` lines, run ``python -m fairbench sweep``, stop the server, and write
 journal.log and status.json. Nothing is hand-written: every number comes from a sweep.
 
@@ -28,10 +28,10 @@ from typing import Any
 
 import yaml
 
-from fairbench.ansible_support import host_facts
-from fairbench.campaign import Campaign, ServingConfig, parse_campaign
-from fairbench.journal import excerpt
-from fairbench.results import CAMPAIGN_FILE, STATUS_FILE
+from fairbench.campaign.load import Campaign, ServingConfig, parse_campaign
+from fairbench.hosts.ansible_support import host_facts
+from fairbench.hosts.journal import excerpt
+from fairbench.measure.results import CAMPAIGN_FILE, STATUS_FILE
 
 REPO = Path(__file__).resolve().parents[2]
 FAIRBENCH = [sys.executable, "-m", "fairbench"]

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from fairbench.ansible_support import SWEEP_LOG, SWEEP_PROGRESS, background_sweep, sweep, sweep_spec
-from fairbench.campaign import load_campaign
-from fairbench.results import ResultsDir, ResultsError
+from fairbench.campaign.load import load_campaign
+from fairbench.hosts.ansible_support import SWEEP_LOG, SWEEP_PROGRESS, background_sweep, sweep, sweep_spec
+from fairbench.measure.results import ResultsDir, ResultsError
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from fairbench.bounds import SEED, SHARE, TOKENS, unit_text_problem
+from fairbench.measure.bounds import SEED, SHARE, TOKENS, unit_text_problem
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from fairbench.campaign import (
+from fairbench.campaign.load import (
     ArgValue,
     Campaign,
     CampaignError,
@@ -19,7 +19,7 @@ from fairbench.campaign import (
     parse_campaign,
     render_flags,
 )
-from fairbench.cli import main
+from fairbench.cli.main import main
 
 SOURCE = "campaigns/x.yml"
 CAMPAIGNS = Path(__file__).resolve().parents[2] / "campaigns"
@@ -386,7 +386,7 @@ RULES = [
         "common.env.NCCL_DEBUG: holds '\\n', which ends a line in a systemd unit",
         id="env-newline",
     ),
-    # Every number within its bound (fairbench.bounds), and finite.
+    # Every number within its bound (fairbench.measure.bounds), and finite.
     pytest.param(
         changed(("configs.tp8.args.tp-size", 10**23)),
         "configs.tp8.args.tp-size: must be an integer from 1 to 4,096 GPUs, got 1e+23",

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from fairbench import campaign as campaign_module
-from fairbench.campaign import Campaign, CampaignError, load_campaign, parse_campaign
-from fairbench.cli import main
+from fairbench.campaign import load as campaign_module
+from fairbench.campaign.load import Campaign, CampaignError, load_campaign, parse_campaign
+from fairbench.cli.main import main
 from fairbench.sim.args import flag_table
 
 SOURCE = "campaigns/x.yml"

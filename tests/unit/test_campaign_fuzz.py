@@ -13,9 +13,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fairbench import bounds
-from fairbench.bounds import UNIT_LINE_ENDS, Bound, unit_text_problem
-from fairbench.campaign import Campaign, CampaignError, parse_campaign
+from fairbench.campaign.load import Campaign, CampaignError, parse_campaign
+from fairbench.measure import bounds
+from fairbench.measure.bounds import UNIT_LINE_ENDS, Bound, unit_text_problem
 
 SOURCE = "campaigns/fuzz.yml"
 FAST = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])

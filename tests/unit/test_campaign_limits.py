@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from fairbench import campaign as campaign_module
-from fairbench.campaign import (
+from fairbench.campaign import load as campaign_module
+from fairbench.campaign.load import (
     MAX_CAMPAIGN_BYTES,
     MAX_CAMPAIGN_NODES,
     MAX_EXPANDED_VALUES,
@@ -21,7 +21,7 @@ from fairbench.campaign import (
     load_campaign,
     parse_campaign,
 )
-from fairbench.cli import main
+from fairbench.cli.main import main
 
 SOURCE = "campaigns/x.yml"
 DEMO = Path(__file__).resolve().parents[2] / "campaigns" / "demo.yml"

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from fairbench.client import ApiFormat, StreamError
-from fairbench.workload import Prompt
+from fairbench.measure.client import ApiFormat, StreamError
+from fairbench.measure.workload import Prompt
 
 
 def completion_event(text: str, completion_tokens: int | None, prompt_tokens: int = 4) -> bytes:

@@ -1,4 +1,4 @@
-"""GPU energy (fairbench.energy) against a simulated NVML: counters, integrated power, and its absence."""
+"""GPU energy (fairbench.measure.energy) against a simulated NVML: counters, integrated power, absence."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from fairbench.energy import (
+from fairbench.measure.energy import (
     COUNTER,
     MIN_HZ,
     POWER_INTEGRAL,
@@ -25,7 +25,7 @@ from fairbench.energy import (
     point_fields,
     trapezoid_j,
 )
-from fairbench.metrics import energy_metrics, mean_power_w, output_tokens_per_joule
+from fairbench.measure.metrics import energy_metrics, mean_power_w, output_tokens_per_joule
 from fairbench.report.document import headline_table, level_table
 from fairbench.report.load import ConfigResult
 from fairbench.report.summary import headline

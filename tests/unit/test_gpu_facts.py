@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from tests.support.fake_nvidia_smi import RECORDED, fixture_sets, write_fake_nvidia_smi
 
-from fairbench.ansible_support import host_facts
-from fairbench.gpu import (
+from fairbench.hosts.ansible_support import host_facts
+from fairbench.hosts.gpu import (
     QUERY_ARGS,
     TOPOLOGY_ARGS,
     GpuFacts,
@@ -340,7 +340,7 @@ def test_collect_malformed_output_names_the_command(tmp_path: Path) -> None:
 
 
 def test_collect_gives_up_on_a_hung_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("fairbench.gpu.TIMEOUT_S", 0.2)
+    monkeypatch.setattr("fairbench.hosts.gpu.TIMEOUT_S", 0.2)
     fake = _script(tmp_path, "exec sleep 10\n")
     with pytest.raises(GpuFactsError, match=f"^{re.escape(fake)}: no answer after 0.2 s$"):
         collect(fake)

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fairbench.metrics import (
+from fairbench.measure.metrics import (
     chunk_itls_ns,
     mean,
     median,
@@ -27,7 +27,7 @@ from fairbench.metrics import (
     tokens_in_window,
     tpot_ns,
 )
-from fairbench.records import RequestRecord
+from fairbench.measure.records import RequestRecord
 
 MS = 1_000_000
 S = 1_000_000_000

@@ -1,4 +1,4 @@
-"""fairbench.nccl without GPUs: message sizes, variants, bandwidth math, nccl.json, and its report section."""
+"""fairbench.nccl.runner without GPUs: message sizes, variants, bandwidth math, nccl.json, its report."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from fairbench.campaign import load_campaign
-from fairbench.nccl import (
+from fairbench.campaign.load import load_campaign
+from fairbench.nccl.runner import (
     PREFILL_LIMIT_BYTES,
     CampaignInputs,
     MessageSize,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fairbench.cli import main
+from fairbench.cli.main import main
 
 FAKE_WORKER = Path(__file__).resolve().parents[1] / "support" / "fake_nccl_worker.py"
 

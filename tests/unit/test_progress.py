@@ -6,8 +6,8 @@ import io
 import json
 from pathlib import Path
 
-from fairbench.progress import Progress
-from fairbench.records import RequestRecord
+from fairbench.measure.progress import Progress
+from fairbench.measure.records import RequestRecord
 
 
 def finished(index: int, *, error: str = "") -> RequestRecord:

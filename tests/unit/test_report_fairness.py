@@ -21,7 +21,7 @@ import pytest
 from tests.support.report_files import CAMPAIGN, first_screen, lines, point
 from tests.support.results_tree import REPO, SERVING_ENVIRONMENT, fairbench_report
 
-from fairbench.gpu import facts_from
+from fairbench.hosts.gpu import facts_from
 from fairbench.report.document import setting_values
 from fairbench.sim.args import resolve
 from fairbench.sim.command import configure
@@ -69,7 +69,7 @@ def server_info(config: str, host: str) -> dict[str, Any]:
 
 
 def host_json(host: str) -> dict[str, Any]:
-    """host.json as ``fairbench.ansible_support.host_facts`` writes it, with the GPUs of a recording."""
+    """host.json as ``fairbench.hosts.ansible_support.host_facts`` writes it, with the GPUs of a recording."""
     facts = HOSTS[host]
     recording = GPU_RECORDINGS / facts["recording"]
     gpu = facts_from(

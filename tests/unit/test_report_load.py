@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from tests.support.report_files import CAMPAIGN, first_screen, lines, point, replaced, without
 
+from fairbench.measure.results import ResultsError
 from fairbench.report.build import headlines, report_blocks
 from fairbench.report.load import ConfigResult, Run, load_run
 from fairbench.report.markdown import render_markdown
-from fairbench.results import ResultsError
 
 CONFIGS = ("tp8", "ep4")
 NO_THREAT = "No undeclared differences"

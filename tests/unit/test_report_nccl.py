@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from tests.support.results_tree import REPO
 
-from fairbench.campaign import load_campaign
+from fairbench.campaign.load import load_campaign
+from fairbench.measure.results import point_id
 from fairbench.report.build import headlines, report_blocks
 from fairbench.report.load import Run, load_run
 from fairbench.report.markdown import render_markdown
-from fairbench.results import point_id
 
 CAMPAIGN = load_campaign(REPO / "campaigns" / "demo.yml").to_json()
 RECORDING = json.loads((REPO / "tests/fixtures/nccl/h200x2-nvlink.json").read_text())

@@ -15,8 +15,8 @@ from functools import cache
 
 import pytest
 
+from fairbench.report.stats import NORMAL_975, compare, estimate, sample_std, t_quantile_975
 from fairbench.report.summary import pareto_frontier
-from fairbench.stats import NORMAL_975, compare, estimate, sample_std, t_quantile_975
 
 TABLE_ROWS = (*range(1, 31), 40, 60, 120)
 """The degrees of freedom stats.py documents its t table for; a df between rows takes the row below."""

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from fairbench.records import RequestRecord
-from fairbench.results import LOCK_FILE, ResultsDir, ResultsError, point_id
+from fairbench.measure.records import RequestRecord
+from fairbench.measure.results import LOCK_FILE, ResultsDir, ResultsError, point_id
 
 SETTINGS = {"api": "completions", "concurrency": [1, 2]}
 

@@ -12,7 +12,7 @@ import ansible_runner  # type: ignore[import-untyped]
 import pytest
 from ansible_runner.exceptions import ConfigurationError  # type: ignore[import-untyped]
 
-from fairbench.cli import main
+from fairbench.cli.main import main
 
 REPO = Path(__file__).resolve().parents[2]
 CAMPAIGN = REPO / "campaigns" / "demo.yml"

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fairbench.run_display import RunDisplay
+from fairbench.cli.run_display import RunDisplay
 
 
 def event(kind: str, host: str = "lab1", task: str = "a task", **res: Any) -> dict[str, Any]:

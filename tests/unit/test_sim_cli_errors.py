@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from fairbench.cli import main
+from fairbench.cli.main import main
 
 
 def outcome(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int | str | None, str]:

@@ -15,12 +15,12 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from yarl import URL
 
-from fairbench import bounds
-from fairbench.cli import OneLineErrorParser, UsageError
-from fairbench.results import POINTS_FILE, SWEEP_FILE, ResultsDir, ResultsError
-from fairbench.sweep import SweepSpec
-from fairbench.sweep_cli import configure, spec_from_args, summary_table
-from fairbench.workload import parse_count
+from fairbench.cli.main import OneLineErrorParser, UsageError
+from fairbench.cli.sweep import configure, spec_from_args, summary_table
+from fairbench.measure import bounds
+from fairbench.measure.results import POINTS_FILE, SWEEP_FILE, ResultsDir, ResultsError
+from fairbench.measure.sweep import SweepSpec
+from fairbench.measure.workload import parse_count
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 PROG = "fairbench sweep"

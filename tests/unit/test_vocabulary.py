@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from tests.support import tiny_model
 
-from fairbench.vocabulary import Vocabulary, VocabularyError, from_model_dir, from_model_info
+from fairbench.measure.vocabulary import Vocabulary, VocabularyError, from_model_dir, from_model_info
 
 
 def _write(directory: Path, **files: object) -> Path:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from fairbench.bounds import COUNT_FACTOR, REQUESTS
-from fairbench.vocabulary import Vocabulary
-from fairbench.workload import Workload, WorkloadError, WorkloadSpec, parse_count
+from fairbench.measure.bounds import COUNT_FACTOR, REQUESTS
+from fairbench.measure.vocabulary import Vocabulary
+from fairbench.measure.workload import Workload, WorkloadError, WorkloadSpec, parse_count
 
 # A small vocabulary whose specials sit at both ends, as in SentencePiece (0-2) and GPT-2 (the last id).
 SMALL = Vocabulary(size=512, excluded=(0, 1, 2, 511), source="test")

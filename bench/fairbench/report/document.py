@@ -22,8 +22,8 @@ from fairbench.report.figures import (
     non_finite_text,
 )
 from fairbench.report.load import ConfigResult, Run
+from fairbench.report.stats import Comparison, Estimate
 from fairbench.report.summary import Headline, Level, compare_of, estimate_of, pairwise
-from fairbench.stats import Comparison, Estimate
 
 Label = Callable[[ConfigResult], str]
 

@@ -1,5 +1,5 @@
-"""The figures of a point that the report reads, each a number in points.jsonl (metrics.py defines them),
-and the columns that show them."""
+"""The figures of a point that the report reads, each a number in points.jsonl (``measure.metrics`` defines
+them), and the columns that show them."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ ENERGY_COLUMNS: tuple[Column, ...] = (
 FIGURES = frozenset({key for _, key, _ in LEVEL_COLUMNS + ENERGY_COLUMNS} | {PER_GPU})
 """Every key of a point that the report reads as a number."""
 OF_COMPLETED = frozenset({key for key in FIGURES if key.endswith("_ms")} | {PER_USER})
-"""Figures that are statistics of the completed requests (latencies and the per-user speed): metrics.py
+"""Figures that are statistics of the completed requests (latencies and the per-user speed): measure.metrics
 writes 0 for them when none completed, and that 0 measured nothing."""
 
 

@@ -17,11 +17,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from fairbench.journal import excerpt
-from fairbench.nccl import DECODE, PREFILL
-from fairbench.nccl import RESULT_FILE as NCCL_FILE
-from fairbench.report.figures import FIGURES, THROUGHPUT, non_finite_text
-from fairbench.results import (
+from fairbench.hosts.journal import excerpt
+from fairbench.measure.results import (
     CAMPAIGN_FILE,
     POINTS_FILE,
     STATUS_FILE,
@@ -30,6 +27,9 @@ from fairbench.results import (
     ResultsError,
     point_id,
 )
+from fairbench.nccl.runner import DECODE, PREFILL
+from fairbench.nccl.runner import RESULT_FILE as NCCL_FILE
+from fairbench.report.figures import FIGURES, THROUGHPUT, non_finite_text
 
 SERVER_INFO_FILE = "server_info.json"
 HOST_FILE = "host.json"
@@ -206,7 +206,7 @@ STATUS_RULES: tuple[Rule, ...] = (Rule("status", "a string", _is_text, True),)
 SWEEP_RULES: tuple[Rule, ...] = (
     Rule("gpus", "null or a whole number of at least 1", _or_null(_whole(1)), False),
 )
-# nccl.json as fairbench/nccl.py's ``assemble`` writes it, as far as the report reads it.
+# nccl.json as fairbench/nccl/runner.py's ``assemble`` writes it, as far as the report reads it.
 NCCL_RULES: tuple[Rule, ...] = (Rule("variants", "a list", _is_list, True),)
 NCCL_FACT_RULES: tuple[Rule, ...] = (
     *(
@@ -355,7 +355,7 @@ class _Files:
             return None
 
     def points(self) -> list[dict[str, Any]]:
-        """Every usable point, its latest line only (results.py's SUPERSEDES), in the order the points
+        """Every usable point, its latest line only (measure.results.SUPERSEDES), in the order the points
         were first measured. A point_id seen before that does not supersede it (two writers) counts once.
         """
         path = self.path / POINTS_FILE

@@ -22,7 +22,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, TypeGuard
 
-from fairbench.nccl import DECODE, DEFAULT_VARIANT, PREFILL
+from fairbench.nccl.runner import DECODE, DEFAULT_VARIANT, PREFILL
 from fairbench.report.blocks import Alert, Block, BulletList, Heading, Paragraph, Preformatted, Table
 from fairbench.report.figures import non_finite_text
 from fairbench.report.load import NCCL_MODES as MODES

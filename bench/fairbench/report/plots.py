@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeGuard
 
 from fairbench.report.figures import PER_USER, THROUGHPUT
+from fairbench.report.stats import Estimate
 from fairbench.report.summary import Level, pareto_frontier
-from fairbench.stats import Estimate
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

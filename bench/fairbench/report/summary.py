@@ -1,6 +1,6 @@
 """The figures of a report: each config's points by concurrency level, its headline, and comparisons.
 
-Every figure is a metric of ``points.jsonl`` (see metrics.py) estimated over the repeats of its level
+Every figure is a metric of ``points.jsonl`` (``measure.metrics``) estimated over the repeats of its level
 (stats.py); nothing here recomputes a metric from requests.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 from fairbench.report.figures import OF_COMPLETED, PER_GPU, THROUGHPUT
 from fairbench.report.load import ConfigResult, is_whole
-from fairbench.stats import Comparison, Estimate, compare, estimate
+from fairbench.report.stats import Comparison, Estimate, compare, estimate
 
 
 def estimate_of(values: Sequence[float]) -> Estimate | None:

@@ -8,8 +8,8 @@ because argparse puts that name into its "invalid ... value" errors.
 
 ``resolve`` turns the parsed flags into a ``SimConfig``: the values the simulator models, resolved the way
 SGLang resolves them, with the profile standing in for what SGLang would derive from GPU memory. Each value
-it acts on must lie in the range a real run can have (``fairbench.bounds``), so a size of 0 or 10^23 that
-SGLang's parser takes is refused there, naming the flag; the ``--sim-*`` options are checked as parsed.
+it acts on must lie in the range a real run can have (``fairbench.measure.bounds``), so a size of 0 or 10^23
+that SGLang's parser takes is refused there, naming the flag; the ``--sim-*`` options are checked as parsed.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from fairbench import bounds
-from fairbench.bounds import Bound
+from fairbench.measure import bounds
+from fairbench.measure.bounds import Bound
 from fairbench.sim.checkpoint import Checkpoint, CheckpointError, read_checkpoint
 from fairbench.sim.engine import SchedulerLimits
 from fairbench.sim.faults import FaultSettings, combine_fault_specs, parse_fault_spec

@@ -25,8 +25,8 @@ import random
 from dataclasses import dataclass, field
 from enum import Enum
 
-from fairbench import bounds
-from fairbench.bounds import Bound
+from fairbench.measure import bounds
+from fairbench.measure.bounds import Bound
 
 
 @dataclass(slots=True)

@@ -1,11 +1,11 @@
-"""``journal_excerpt``: the lines of a server's journal that say why it failed (fairbench.journal)."""
+"""``journal_excerpt``: the lines of a server's journal that say why it failed (fairbench.hosts.journal)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from fairbench.journal import excerpt
+from fairbench.hosts.journal import excerpt
 
 
 class FilterModule:

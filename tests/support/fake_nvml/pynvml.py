@@ -1,4 +1,4 @@
-"""A stand-in for pynvml (nvidia-ml-py) with simulated GPUs: what fairbench.energy calls, nothing else.
+"""A stand-in for pynvml (nvidia-ml-py) with simulated GPUs: what fairbench.measure.energy calls.
 
 Tests hand it to ``EnergySampler.open(nvml=...)`` after :func:`configure`; a sweep in a child process
 imports it as ``pynvml`` with this folder on PYTHONPATH and its GPUs in the environment variable

@@ -20,17 +20,17 @@ from pathlib import Path
 from typing import Any
 
 from fairbench import __version__
-from fairbench.campaign import Workload
-from fairbench.gpu import GpuFacts, GpuFactsError, collect
-from fairbench.progress import Progress
-from fairbench.results import ResultsDir, point_id
-from fairbench.sweep import Sweep, SweepSpec
-from fairbench.workload import WorkloadSpec
+from fairbench.campaign.load import Workload
+from fairbench.hosts.gpu import GpuFacts, GpuFactsError, collect
+from fairbench.measure.progress import Progress
+from fairbench.measure.results import ResultsDir, point_id
+from fairbench.measure.sweep import Sweep, SweepSpec
+from fairbench.measure.workload import WorkloadSpec
 
 SWEEP_LOG = "sweep.log"
 """Progress lines of every sweep call on a results directory (``tail -f`` it during a long sweep)."""
 SWEEP_PROGRESS = "progress.json"
-"""The running sweep's progress (fairbench.progress.Progress.state), replaced at most once a second."""
+"""The running sweep's progress (``measure.progress.Progress.state``), replaced at most once a second."""
 HEALTH_PATH = "/health_generate"
 HEALTH_REQUEST_TIMEOUT_S = 30.0
 """One probe: SGLang's /health_generate itself gives up after 20 s (SGLANG_HEALTH_CHECK_TIMEOUT)."""
@@ -242,7 +242,7 @@ def wait_until_healthy(base_url: str, unit: str, timeout_s: float) -> dict[str, 
 
 
 def host_facts() -> dict[str, Any]:
-    """What host.json records about the machine a config ran on; ``gpu``: its GPUs (fairbench.gpu).
+    """What host.json records about the machine a config ran on; ``gpu``: its GPUs (fairbench.hosts.gpu).
 
     When nvidia-smi fails, ``gpu`` holds no GPUs and the reason: a config's results are not lost over a fact.
     """

@@ -19,7 +19,7 @@ variables named ``NCCL_*`` inherited from the caller are removed first, so ``def
 defaults, as in the servers' systemd units. ``NCCL_NVLS_ENABLE=0`` is added unless the variant sets it:
 NVLink multicast (NVLS) stays off, as the GPU machines' operators ask.
 
-For each variant one worker process per GPU runs ``nccl_worker.py`` (by path, under ``--python``: the
+For each variant one worker process per GPU runs ``worker.py`` (by path, under ``--python``: the
 serving venv's interpreter, which has torch); rank 0 returns raw per-iteration times, which become the
 statistics of nccl.json here (``size_result``).
 """
@@ -42,14 +42,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from fairbench.metrics import median, percentile
+from fairbench.measure.metrics import median, percentile
 
 RESULT_FILE = "nccl.json"
 FORMAT_VERSION = 1
-WORKER_SCRIPT = Path(__file__).with_name("nccl_worker.py")
+WORKER_SCRIPT = Path(__file__).with_name("worker.py")
 WORKER_PROTOCOL = 1
 PROGRESS_PREFIX = "fairbench-nccl-progress"
-"""The worker's progress lines on stderr start with this (nccl_worker.PROGRESS_PREFIX)."""
+"""The worker's progress lines on stderr start with this (worker.PROGRESS_PREFIX)."""
 
 BYTES_PER_ELEMENT = 2
 """bf16, the dtype of the hidden state the servers all-reduce."""

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from fairbench.records import RequestRecord
+from fairbench.measure.records import RequestRecord
 
 BAR_WIDTH = 24
 BAR_REFRESH_S = 0.25

@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fairbench.cli import UsageError
+from fairbench.cli.main import UsageError
+from fairbench.measure.results import ResultsError
 from fairbench.report.build import write_report
 from fairbench.report.load import load_run
-from fairbench.results import ResultsError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -20,14 +20,20 @@ from time import perf_counter, perf_counter_ns
 from typing import Any
 
 from fairbench import __version__
-from fairbench.client import CONNECTION_FAILED, STALLED, ApiFormat, ServerUnreachable, StreamClient
-from fairbench.energy import EnergySampler, EnergyUnavailable, GpuEnergy, optional_sampler, point_fields
-from fairbench.metrics import point_metrics
-from fairbench.progress import Progress
-from fairbench.records import RequestRecord
-from fairbench.results import ResultsDir, point_id
-from fairbench.vocabulary import Vocabulary, VocabularyError, explicit, from_model_info
-from fairbench.workload import Prompt, Workload, WorkloadSpec, parse_count
+from fairbench.measure.client import CONNECTION_FAILED, STALLED, ApiFormat, ServerUnreachable, StreamClient
+from fairbench.measure.energy import (
+    EnergySampler,
+    EnergyUnavailable,
+    GpuEnergy,
+    optional_sampler,
+    point_fields,
+)
+from fairbench.measure.metrics import point_metrics
+from fairbench.measure.progress import Progress
+from fairbench.measure.records import RequestRecord
+from fairbench.measure.results import ResultsDir, point_id
+from fairbench.measure.vocabulary import Vocabulary, VocabularyError, explicit, from_model_info
+from fairbench.measure.workload import Prompt, Workload, WorkloadSpec, parse_count
 
 MIN_PROMPTS_PER_LEVEL = 16
 LAG_SAMPLE_INTERVAL_S = 0.01

@@ -15,16 +15,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from fairbench import bounds
-from fairbench.bounds import Bound
-from fairbench.cli import UsageError
-from fairbench.client import APIS, ServerUnreachable
-from fairbench.energy import GpuSelectionError
-from fairbench.progress import Progress
-from fairbench.results import ResultsDir, ResultsError
-from fairbench.sweep import Sweep, SweepSpec
-from fairbench.vocabulary import VocabularyError
-from fairbench.workload import WorkloadError, WorkloadSpec, parse_count
+from fairbench.cli.main import UsageError
+from fairbench.measure import bounds
+from fairbench.measure.bounds import Bound
+from fairbench.measure.client import APIS, ServerUnreachable
+from fairbench.measure.energy import GpuSelectionError
+from fairbench.measure.progress import Progress
+from fairbench.measure.results import ResultsDir, ResultsError
+from fairbench.measure.sweep import Sweep, SweepSpec
+from fairbench.measure.vocabulary import VocabularyError
+from fairbench.measure.workload import WorkloadError, WorkloadSpec, parse_count
 
 
 def _number(text: str, bound: Bound) -> int | float:

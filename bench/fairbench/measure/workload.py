@@ -14,8 +14,8 @@ from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
-from fairbench.bounds import COUNT_FACTOR, REQUESTS
-from fairbench.vocabulary import Vocabulary
+from fairbench.measure.bounds import COUNT_FACTOR, REQUESTS
+from fairbench.measure.vocabulary import Vocabulary
 
 # Chat prompts must be text. Without a tokenizer, random-ids prompts for chat are
 # built from short common words, about one token each; the server's count is used.

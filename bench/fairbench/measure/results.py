@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from fairbench.records import RequestRecord
+from fairbench.measure.records import RequestRecord
 
 POINTS_FILE = "points.jsonl"
 REQUESTS_DIR = "requests"

@@ -1,11 +1,11 @@
 """One rank of ``fairbench nccl``: times all-reduces of bf16 tensors with torch.distributed over NCCL.
 
 Run by path, one process per GPU, under the serving venv's Python (it has torch; fairbench is not
-installed there), so this file imports torch and the standard library only. ``fairbench.nccl`` starts
+installed there), so this file imports torch and the standard library only. ``fairbench.nccl.runner`` starts
 the ranks and turns the raw times into statistics; this script only measures.
 
-Protocol (``fairbench.nccl`` speaks the other side; tests/support/fake_nccl_worker.py runs this file on a
-fake torch, so the tests see this protocol):
+Protocol (``fairbench.nccl.runner`` speaks the other side; tests/support/fake_nccl_worker.py runs this file
+on a fake torch, so the tests see this protocol):
 
 - ``--count-gpus``: print the number of visible CUDA devices and exit.
 - otherwise each rank joins the group (``--rank``/``--world-size``/``--master-addr``/``--master-port``, or

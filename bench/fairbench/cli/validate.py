@@ -6,8 +6,8 @@ import argparse
 import shlex
 import sys
 
-from fairbench.campaign import Campaign, CampaignError, load_campaign
-from fairbench.sglang_parser import SGLangParserError, check_campaign
+from fairbench.campaign.load import Campaign, CampaignError, load_campaign
+from fairbench.campaign.sglang_parser import SGLangParserError, check_campaign
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

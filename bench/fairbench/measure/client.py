@@ -20,8 +20,8 @@ from typing import Any
 import aiohttp
 import orjson
 
-from fairbench.records import RequestRecord
-from fairbench.workload import Prompt
+from fairbench.measure.records import RequestRecord
+from fairbench.measure.workload import Prompt
 
 APIS = ("completions", "chat", "generate")
 ERROR_EXCERPT_CHARS = 300

@@ -18,7 +18,7 @@ by ``sglang.launch_server`` and by ``fairbench sim`` alike. SGLang's own parser 
 judge (``fairbench validate --sglang-parser``), but this check needs no SGLang install.
 
 The numbers the campaign reads itself (the workload's, ``start_timeout_s``, the parallel sizes and
-``max-running-requests``) are held to their ranges in ``fairbench.bounds``; no number may be NaN or
+``max-running-requests``) are held to their ranges in ``fairbench.measure.bounds``; no number may be NaN or
 infinite, and no value that reaches a systemd unit (names, model, flag values, variables, the campaign's
 own path) may hold a line end. A file beyond ``MAX_CAMPAIGN_BYTES``, ``MAX_CAMPAIGN_NODES`` (aliases
 expanded) or ``MAX_EXPANDED_VALUES`` is refused as no campaign: any input is judged within a second.
@@ -55,7 +55,7 @@ from typing import Any, TypeGuard, TypeVar
 
 import yaml
 
-from fairbench.bounds import (
+from fairbench.measure.bounds import (
     CONCURRENCY,
     COUNT_FACTOR,
     GPUS,

@@ -1,7 +1,7 @@
 """``fairbench nccl [CAMPAIGN]``: an all-reduce sweep across the host's GPUs, per NCCL variant (nccl.json).
 
 CAMPAIGN is a campaign file or a run's campaign.json: its workload's concurrency levels give the decode
-message sizes and its configs' ``NCCL_*`` environments the variants (``fairbench.nccl`` explains both).
+message sizes and its configs' ``NCCL_*`` environments the variants (``fairbench.nccl.runner`` explains both).
 The workers run under ``--python``, which must have torch: on a GPU host, the SGLang venv's Python.
 """
 
@@ -13,10 +13,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fairbench import bounds
-from fairbench.campaign import CampaignError, load_campaign
-from fairbench.cli import UsageError
-from fairbench.nccl import (
+from fairbench.campaign.load import CampaignError, load_campaign
+from fairbench.cli.main import UsageError
+from fairbench.cli.sweep import bounded, concurrency_list
+from fairbench.measure import bounds
+from fairbench.nccl.runner import (
     DEFAULT_CONCURRENCY,
     RESULT_FILE,
     WORKER_SCRIPT,
@@ -33,7 +34,6 @@ from fairbench.nccl import (
     parse_variant,
     write_result,
 )
-from fairbench.sweep_cli import bounded, concurrency_list
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

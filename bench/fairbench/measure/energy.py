@@ -36,7 +36,7 @@ from time import perf_counter_ns
 from types import TracebackType
 from typing import Any
 
-from fairbench.metrics import energy_metrics, mean_power_w
+from fairbench.measure.metrics import energy_metrics, mean_power_w
 
 DEFAULT_HZ = 20.0
 MIN_HZ = 10.0

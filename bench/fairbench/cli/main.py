@@ -15,12 +15,12 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "sweep": ("fairbench.sweep_cli", "run a concurrency sweep against one server"),
+    "sweep": ("fairbench.cli.sweep", "run a concurrency sweep against one server"),
     "sim": ("fairbench.sim.command", "an SGLang-compatible simulated server"),
-    "validate": ("fairbench.campaign_cli", "check a campaign file and show each config's command line"),
-    "report": ("fairbench.report_cli", "the fair comparison of a run (or two runs): report.md, .html, plots"),
-    "nccl": ("fairbench.nccl_cli", "all-reduce latency and bus bandwidth per NCCL variant: nccl.json"),
-    "run": ("fairbench.run_cli", "a campaign on an inventory's hosts through ansible-runner, shown live"),
+    "validate": ("fairbench.cli.validate", "check a campaign file and show each config's command line"),
+    "report": ("fairbench.cli.report", "the fair comparison of a run (or two runs): report.md, .html, plots"),
+    "nccl": ("fairbench.cli.nccl", "all-reduce latency and bus bandwidth per NCCL variant: nccl.json"),
+    "run": ("fairbench.cli.run", "a campaign on an inventory's hosts through ansible-runner, shown live"),
 }
 
 

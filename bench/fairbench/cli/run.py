@@ -2,7 +2,7 @@
 
 It plays what ``ansible-playbook playbooks/site.yml -e campaign=... -e run_id=...`` plays (provision,
 campaign, report), and shows per host the config, its stage, the concurrency level in flight and its output
-tokens/s (fairbench.run_display). Ansible's full output goes to ``ansible.log`` in the run's directory.
+tokens/s (fairbench.cli.run_display). Ansible's full output goes to ``ansible.log`` in the run's directory.
 The campaign is checked first, so a bad file fails here with its errors, before any host is touched.
 """
 
@@ -19,9 +19,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from fairbench.campaign import CampaignError, load_campaign
-from fairbench.cli import UsageError
-from fairbench.run_display import RunDisplay
+from fairbench.campaign.load import CampaignError, load_campaign
+from fairbench.cli.main import UsageError
+from fairbench.cli.run_display import RunDisplay
 
 RUN_ID_PATTERN = "^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 RESERVED_VARS = {"campaign": "the CAMPAIGN argument", "run_id": "--run-id"}
@@ -198,7 +198,7 @@ def project_dir(given: Path | None) -> Path:
             raise UsageError(f"--project-dir: {given} has no {SITE_PLAYBOOK}")
         return given.resolve()
     here = Path.cwd().resolve()
-    for candidate in (here, *here.parents, Path(__file__).resolve().parents[2]):
+    for candidate in (here, *here.parents, Path(__file__).resolve().parents[3]):
         if (candidate / SITE_PLAYBOOK).is_file():
             return candidate
     raise UsageError(

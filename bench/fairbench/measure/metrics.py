@@ -26,7 +26,7 @@ import operator
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 
-from fairbench.records import RequestRecord
+from fairbench.measure.records import RequestRecord
 
 NS_PER_S = 1_000_000_000
 NS_PER_MS = 1_000_000

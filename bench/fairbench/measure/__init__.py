@@ -1,0 +1,3 @@
+"""The measurement core that runs on a GPU host beside the server: client, sweep, metrics, results files.
+
+It needs aiohttp, orjson and PyYAML only (pynvml for energy, when installed)."""
