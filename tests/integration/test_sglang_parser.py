@@ -22,8 +22,9 @@ import pytest
 import yaml
 from tests.support.real_sglang import SGLANG_VERSION
 
-from fairbench.campaign import load as campaign_module
-from fairbench.campaign.load import ArgValue, CampaignError, load_campaign, parse_campaign, render_flags
+from fairbench.campaign import sglang_flags as flag_rules
+from fairbench.campaign.load import load_campaign, parse_campaign
+from fairbench.campaign.model import ArgValue, CampaignError, render_flags
 from fairbench.campaign.sglang_parser import check_campaign, parse_argvs, venv_python
 from fairbench.cli import validate as campaign_cli
 from fairbench.sim.args import flag_table
@@ -74,8 +75,6 @@ def _build(venv: Path) -> None:
 
 @pytest.fixture(scope="module")
 def sglang_venv() -> Path:
-    if sys.version_info < (3, 11):
-        _unavailable(f"SGLang {SGLANG_VERSION} needs Python >= 3.11, this is {sys.version.split()[0]}")
     if not _parser_ready(VENV):
         start = time.monotonic()
         VENV.parent.mkdir(parents=True, exist_ok=True)
@@ -122,8 +121,8 @@ def test_validate_cli_fails_for_a_campaign_using_enable_ep_moe(
     assert campaign_cli.run(argparse.Namespace(files=[str(shipped)], sglang_parser=str(sglang_venv))) == 0
     assert "sglang parser: ep8: ok" in capsys.readouterr().out
 
-    monkeypatch.delitem(campaign_module._REJECTED_ARGS, "enable-ep-moe")
-    table = campaign_module._sglang_flags()
+    monkeypatch.delitem(flag_rules.REJECTED_ARGS, "enable-ep-moe")
+    table = flag_rules.sglang_flags()
     monkeypatch.setitem(table, "enable-ep-moe", table["enable-eplb"])  # a bare flag, as it was
     bad = tmp_path / "ep-moe.yml"
     bad.write_text(

@@ -10,15 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from fairbench.campaign.load import (
-    ArgValue,
-    Campaign,
-    CampaignError,
-    Workload,
-    load_campaign,
-    parse_campaign,
-    render_flags,
-)
+from fairbench.campaign.load import load_campaign, parse_campaign
+from fairbench.campaign.model import ArgValue, Campaign, CampaignError, Workload, render_flags
 from fairbench.cli.main import main
 
 SOURCE = "campaigns/x.yml"

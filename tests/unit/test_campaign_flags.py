@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from fairbench.campaign import load as campaign_module
-from fairbench.campaign.load import Campaign, CampaignError, load_campaign, parse_campaign
+from fairbench.campaign import sglang_flags as flag_rules
+from fairbench.campaign.load import load_campaign, parse_campaign
+from fairbench.campaign.model import Campaign, CampaignError
 from fairbench.cli.main import main
 from fairbench.sim.args import flag_table
 
@@ -332,7 +333,7 @@ def test_every_flag_of_the_table_is_known_by_every_spelling_the_campaign_allows(
         spelling.removeprefix("--"): sample_value(option)
         for option in flag_table()["options"]
         for spelling in option["option_strings"]
-        if spelling.removeprefix("--") not in campaign_module._REJECTED_ARGS
+        if spelling.removeprefix("--") not in flag_rules.REJECTED_ARGS
     }
     assert len(args) > 540
     assert parse(with_args(args, where="common")).common.args == args

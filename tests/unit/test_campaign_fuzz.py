@@ -13,7 +13,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fairbench.campaign.load import Campaign, CampaignError, parse_campaign
+from fairbench.campaign.load import parse_campaign
+from fairbench.campaign.model import Campaign, CampaignError
 from fairbench.measure import bounds
 from fairbench.measure.bounds import UNIT_LINE_ENDS, Bound, unit_text_problem
 
@@ -268,7 +269,8 @@ def test_extends_graphs(parent_indexes: list[int | None]) -> None:
         assert list(result.configs) == names
 
 
-# What reaches a systemd unit (templates/sglang.service.j2): each such field, holding a line end anywhere.
+# What reaches a systemd unit (roles/serving/templates/config_server.service.j2): each such field, holding a
+# line end anywhere.
 UNIT_FIELDS: dict[tuple[Any, ...], str] = {
     ("name",): "name",
     ("model",): "model",

@@ -11,16 +11,12 @@ from typing import Any
 import pytest
 import yaml
 
-from fairbench.campaign import load as campaign_module
-from fairbench.campaign.load import (
-    MAX_CAMPAIGN_BYTES,
-    MAX_CAMPAIGN_NODES,
-    MAX_EXPANDED_VALUES,
-    Campaign,
-    CampaignError,
-    load_campaign,
-    parse_campaign,
-)
+from fairbench.campaign import findings as findings_module
+from fairbench.campaign import sglang_flags as flag_rules
+from fairbench.campaign.expand import MAX_EXPANDED_VALUES
+from fairbench.campaign.load import load_campaign, parse_campaign
+from fairbench.campaign.model import Campaign, CampaignError
+from fairbench.campaign.source import MAX_CAMPAIGN_BYTES, MAX_CAMPAIGN_NODES
 from fairbench.cli.main import main
 
 SOURCE = "campaigns/x.yml"
@@ -128,7 +124,7 @@ def test_suggestions_stop_once_their_comparisons_are_spent() -> None:
     document["configs"]["tp8"]["args"] |= dict.fromkeys(typos, 1)
     messages = outcome(yaml.safe_dump(document))
     assert isinstance(messages, list) and len(messages) == len(typos)
-    suggested = campaign_module._SUGGESTION_COMPARISONS // len(campaign_module._suggested_flags())
+    suggested = findings_module._SUGGESTION_COMPARISONS // len(flag_rules._suggested_flags())
     assert suggested < len(typos)
     for message in messages[:suggested]:
         assert message.endswith("unknown SGLang 0.5.23 flag (did you mean 'max-running-requests'?)")

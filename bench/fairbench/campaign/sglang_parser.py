@@ -15,7 +15,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from fairbench.campaign.load import Campaign
+from fairbench.campaign.model import Campaign
 
 # Runs inside the SGLang venv: reads {name: argv} as JSON on stdin, writes {name: error or null}.
 _PARSE_SCRIPT = r"""

@@ -21,9 +21,8 @@ import aiohttp
 import orjson
 
 from fairbench.measure.records import RequestRecord
-from fairbench.measure.workload import Prompt
+from fairbench.measure.workload import APIS, Prompt
 
-APIS = ("completions", "chat", "generate")
 ERROR_EXCERPT_CHARS = 300
 READ_BUFFER_BYTES = 4 * 1024 * 1024
 CONNECTION_FAILED = "connection failed: "
@@ -381,7 +380,7 @@ class StreamClient:
         try:
             async with self.session.request(method, url, headers=self.headers, timeout=timeout) as response:
                 return response.status, await response.read()
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             reason = _unreachable_reason(exc, url, self.connect_timeout, answer_timeout)
             raise ServerUnreachable(f"cannot reach {url}: {reason}") from exc
 

@@ -17,6 +17,14 @@ from pathlib import Path
 from fairbench.measure.bounds import COUNT_FACTOR, REQUESTS
 from fairbench.measure.vocabulary import Vocabulary
 
+APIS = ("completions", "chat", "generate")
+"""SGLang's generation APIs a workload's requests may go to (``measure.client`` speaks each)."""
+RANDOM_IDS = "random-ids"
+"""The dataset of random token ids of exact lengths; any other dataset is a ShareGPT-style file."""
+MIN_PROMPTS_PER_LEVEL = 16
+"""A level sends at least this many prompts, however few ``prompts_per_level`` asks for: fewer give no
+percentile worth reporting."""
+
 # Chat prompts must be text. Without a tokenizer, random-ids prompts for chat are
 # built from short common words, about one token each; the server's count is used.
 _WORDS = (  # noqa: SIM905 - a word list reads better as text
@@ -47,7 +55,7 @@ class WorkloadSpec:
 
     input_len: int
     output_len: int
-    dataset: str = "random-ids"
+    dataset: str = RANDOM_IDS
     range_ratio: float = 1.0
     """Lengths are drawn uniformly from [max(1, int(len * ratio)), len]; 1.0 means exact."""
     seed: int = 1

@@ -1,0 +1,302 @@
+"""The campaign model: the campaign file's keys, and the typed values a checked, expanded campaign is.
+
+A campaign file is one YAML mapping. It says what to compare (``configs``) and how (``workload``):
+
+- ``name``: the campaign's name, part of every unit's name (letters, digits, ``-``, ``_`` and ``.``,
+  starting with a letter or digit); required.
+- ``engine``: ``sglang``, or ``sim`` (the simulator, which takes SGLang's flags); required.
+- ``model``: the model id or path every config serves, ``--model-path``; required.
+- ``common``: the ``args``, ``env`` and ``sim`` every config starts from (optional).
+- ``configs``: at least one, by name (a unit name part, as ``name``); each holds any of ``extends`` (the
+  name of the config it inherits from), ``args``, ``env``, ``sim`` and ``unset``; required.
+- ``workload``: how every config is driven (below); required.
+- ``start_timeout_s``: how long a server may take to become healthy (optional; absent, the serving role's
+  default applies).
+
+The settings sections, in ``common`` and in a config:
+
+- ``args``: SGLang's launch flags, spelled as on its command line without ``--`` (``tp-size: 8``). A value
+  is ``true`` (the bare flag), ``false`` (left out), a number, a string, or a non-empty list of numbers
+  and strings (``--key v1 v2 ...``).
+- ``env``: the server's environment variables; a number becomes a string.
+- ``sim``: flags of the simulator alone, spelled and valued as ``args`` (``sim-profile: kimi-k2.6``). They
+  are appended to the argv when ``engine: sim`` and kept out of ``sglang_argv``, so SGLang's own parser can
+  judge every campaign.
+- ``unset: {args: [KEY, ...], env: [...], sim: [...]}``, in a config only: keys it removes from what it
+  inherits.
+
+The workload's keys:
+
+- ``api``: ``completions`` (token-id prompts), ``chat`` (text) or ``generate`` (SGLang's native API).
+- ``dataset``: ``random-ids``, or the path of a local ShareGPT-style ``.json`` file, relative to the
+  campaign file's directory.
+- ``input_len``, ``output_len``: each request's exact prompt and output lengths in tokens.
+- ``concurrency``: the levels, a non-empty list of distinct positive integers.
+- ``prompts_per_level``: requests measured per level, ``N`` or ``Nx`` (N times the level); at least
+  ``MIN_PROMPTS_PER_LEVEL`` are sent.
+- ``warmup``: warmup requests per level, ``N`` or ``Nx``; 0 is none.
+- ``repeats``, ``seed``: how often every level is measured, and the seed prompts are drawn from; both
+  default to 1.
+- ``vocab_size`` (optional): random token ids from ``[0, vocab_size)``; absent, the sweep learns the range
+  from the served model's files.
+
+Every other workload key is required. Each config is expanded from ``common``, then each config of its
+``extends`` chain, root first: each level first removes the keys it ``unset``s, then sets its own.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeGuard
+
+from fairbench.measure.bounds import GPUS, Bound
+from fairbench.measure.workload import MIN_PROMPTS_PER_LEVEL
+
+ENGINES = ("sglang", "sim")
+DATASET_SUFFIX = ".json"
+"""What a dataset file's name ends with: a ShareGPT-style JSON file."""
+SECTIONS = ("args", "env", "sim")
+UNIT_NAME_MAX = 255
+"""systemd's limit on the length of a unit name."""
+
+TOP_REQUIRED = ("name", "engine", "model", "configs", "workload")
+TOP_KEYS = (*TOP_REQUIRED, "common", "start_timeout_s")
+CONFIG_KEYS = ("extends", *SECTIONS, "unset")
+WORKLOAD_REQUIRED = (
+    "api",
+    "dataset",
+    "input_len",
+    "output_len",
+    "concurrency",
+    "prompts_per_level",
+    "warmup",
+)
+WORKLOAD_KEYS = (*WORKLOAD_REQUIRED, "repeats", "seed", "vocab_size")
+
+Scalar = str | int | float
+ArgValue = bool | Scalar | tuple[Scalar, ...]
+
+
+def is_int(value: object) -> TypeGuard[int]:
+    """An integer of the campaign: YAML's ``true`` is none, though Python's ``bool`` is an ``int``."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def within(value: object, bound: Bound) -> TypeGuard[int]:
+    """Whether ``value`` is an integer inside ``bound``."""
+    return is_int(value) and bound.low <= value <= bound.high
+
+
+class CampaignError(Exception):
+    """A campaign broke one or more rules; ``messages`` holds every one, each starting with the file name."""
+
+    def __init__(self, messages: Sequence[str]) -> None:
+        super().__init__("\n".join(messages))
+        self.messages = list(messages)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Launch flags, environment and simulator flags: of ``common``, of a config, or a difference."""
+
+    args: dict[str, ArgValue]
+    env: dict[str, str]
+    sim: dict[str, ArgValue]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"args": _flags_json(self.args), "env": dict(self.env), "sim": _flags_json(self.sim)}
+
+
+def _flags_json(flags: Mapping[str, ArgValue]) -> dict[str, Any]:
+    return {key: list(value) if isinstance(value, tuple) else value for key, value in flags.items()}
+
+
+@dataclass(frozen=True)
+class UnsetKeys:
+    """Keys removed from what ``common`` (or a parent config) set."""
+
+    args: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    sim: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, list[str]]:
+        return {"args": list(self.args), "env": list(self.env), "sim": list(self.sim)}
+
+
+@dataclass(frozen=True)
+class LevelCount:
+    """Requests per concurrency level: ``count``, or ``count`` times the level (``"10x"``)."""
+
+    count: int
+    times_concurrency: bool
+
+    def at(self, concurrency: int) -> int:
+        return self.count * concurrency if self.times_concurrency else self.count
+
+    def to_json(self) -> int | str:
+        """The campaign file's spelling, which ``fairbench sweep`` also takes."""
+        return f"{self.count}x" if self.times_concurrency else self.count
+
+
+@dataclass(frozen=True)
+class Workload:
+    """How every config is driven: the same requests at the same concurrency levels."""
+
+    api: str
+    dataset: str
+    """``random-ids``, or the absolute path of a local ShareGPT-style JSON file."""
+    input_len: int
+    output_len: int
+    concurrency: tuple[int, ...]
+    prompts_per_level: LevelCount
+    warmup: LevelCount
+    repeats: int
+    seed: int
+    vocab_size: int | None = None
+    """Random token ids from ``[0, vocab_size)``; None: learned from the served model's files."""
+
+    def prompts_at(self, concurrency: int) -> int:
+        return max(self.prompts_per_level.at(concurrency), MIN_PROMPTS_PER_LEVEL)
+
+    def warmup_at(self, concurrency: int) -> int:
+        return self.warmup.at(concurrency)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "api": self.api,
+            "dataset": self.dataset,
+            "input_len": self.input_len,
+            "output_len": self.output_len,
+            "concurrency": list(self.concurrency),
+            "prompts_per_level": self.prompts_per_level.to_json(),
+            "warmup": self.warmup.to_json(),
+            "repeats": self.repeats,
+            "seed": self.seed,
+            # Absent rather than null: the campaign file's spelling, where the key is optional.
+            **({} if self.vocab_size is None else {"vocab_size": self.vocab_size}),
+        }
+
+    @classmethod
+    def from_json(cls, data: object, source: str) -> Workload:
+        """A workload from ``to_json`` data (e.g. module arguments); ``source`` starts the error messages."""
+        # The checks build on this module: imported once it is complete.
+        from fairbench.campaign.findings import Findings  # noqa: PLC0415
+        from fairbench.campaign.workload import check_workload  # noqa: PLC0415
+
+        findings = Findings(source)
+        workload = check_workload(findings, "workload", data, Path())
+        findings.raise_errors()
+        return workload
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    """One configuration, expanded: what its server is launched with."""
+
+    name: str
+    unit: str
+    """The systemd unit: ``fairbench-<campaign>-<config>.service``."""
+    extends: tuple[str, ...]
+    """The configs it inherits from, nearest first."""
+    args: dict[str, ArgValue]
+    env: dict[str, str]
+    sim: dict[str, ArgValue]
+    declared: Settings
+    """The entries that differ from ``common``: what makes this config itself."""
+    unset: UnsetKeys
+    """The keys of ``common`` this config removed: deliberate differences too."""
+    sglang_argv: tuple[str, ...]
+    """``sglang.launch_server`` arguments: ``--model-path MODEL`` then ``args``, sorted by key."""
+    argv: tuple[str, ...]
+    """The engine's arguments: ``sglang_argv``, then the ``sim`` flags when the engine is sim."""
+    gpus: int
+    """GPUs its server occupies (``gpus_needed``): the campaign's preflight and per-GPU throughput use it."""
+    gpus_formula: str
+    """How ``gpus`` follows from the args, for messages: ``tp-size 2 x dp-size 4``."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "unit": self.unit,
+            "extends": list(self.extends),
+            "argv": list(self.argv),
+            "sglang_argv": list(self.sglang_argv),
+            "env": dict(self.env),
+            "args": _flags_json(self.args),
+            "sim": _flags_json(self.sim),
+            "declared": self.declared.to_json(),
+            "unset": self.unset.to_json(),
+            "gpus": self.gpus,
+            "gpus_formula": self.gpus_formula,
+        }
+
+
+@dataclass(frozen=True)
+class Campaign:
+    """A campaign file, checked and expanded."""
+
+    source: str
+    """The campaign file as named by the caller."""
+    name: str
+    engine: str
+    model: str
+    start_timeout_s: int | None
+    common: Settings
+    configs: dict[str, ServingConfig]
+    """In the file's order."""
+    workload: Workload
+    warnings: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """The expanded campaign as plain data: campaign.json, and the Ansible module's facts."""
+        return {
+            "name": self.name,
+            "source": self.source,
+            "engine": self.engine,
+            "model": self.model,
+            "start_timeout_s": self.start_timeout_s,
+            "common": self.common.to_json(),
+            "configs": {name: config.to_json() for name, config in self.configs.items()},
+            "workload": self.workload.to_json(),
+            "warnings": list(self.warnings),
+        }
+
+
+def render_flags(flags: Mapping[str, ArgValue]) -> list[str]:
+    """Arguments sorted by key: ``true`` gives a bare flag, ``false`` nothing, a value ``--key value...``."""
+    argv: list[str] = []
+    for key in sorted(flags):
+        value = flags[key]
+        if isinstance(value, bool):
+            argv.extend([f"--{key}"] if value else [])
+        elif isinstance(value, tuple):
+            argv.extend([f"--{key}", *map(str, value)])
+        else:
+            argv.extend([f"--{key}", str(value)])
+    return argv
+
+
+def gpus_needed(args: Mapping[str, ArgValue]) -> tuple[int, str]:
+    """GPUs one server of ``args`` occupies, and the formula that says why.
+
+    SGLang 0.5.23's world size (``compute_world_size`` in sglang/srt/server_args.py):
+    GPUs = tp-size x pp-size x dp-size, each 1 when absent. dp-size counts model replicas, except with the
+    deprecated ``enable-dp-attention``, which makes dp-size the number of attention-DP groups inside the
+    TP group (SGLang resolves it to ``attn-dp-size``): those add no GPUs. ep-size, attn-dp-size and the
+    other widths split the TP group and add none either. A value that breaks a rule (reported elsewhere)
+    counts as 1. A server with ``device: cpu`` occupies no GPU.
+    """
+    if args.get("device") == "cpu":
+        return 0, "device cpu"
+    replicas = () if args.get("enable-dp-attention") is True else ("dp-size",)
+    sizes = {key: args.get(key, 1) for key in ("tp-size", "pp-size", *replicas)}
+    counted = {key: size if within(size, GPUS) else 1 for key, size in sizes.items()}
+    formula = " x ".join(f"{key} {size}" for key, size in counted.items() if key == "tp-size" or size > 1)
+    return math.prod(counted.values()), formula
+
+
+def unit_name(campaign: str, config: str) -> str:
+    return f"fairbench-{campaign}-{config}.service"

@@ -1,0 +1,117 @@
+"""The rules across keys, checked on each config's expanded settings and on the workload.
+
+Errors: ``ep-size`` must divide ``tp-size``, ``enable-eplb`` needs ``ep-size`` > 1, and a flag may not be
+given both in ``sim`` and in ``args``. Warnings: CUDA graph settings that differ from ``common`` (they make
+a comparison unfair unless that is its point), ``sim`` flags of a campaign whose engine is sglang, levels
+above a config's ``max-running-requests`` (the excess requests queue in the server), and levels that get
+fewer prompts than their concurrency. A config is blamed only for a problem its parent lacks, so a mistake
+in one config is not reported again for every config that extends it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from fairbench.campaign.findings import Findings
+from fairbench.campaign.model import ArgValue, ServingConfig, Settings, Workload, within
+from fairbench.campaign.structure import Layer
+from fairbench.measure.bounds import GPUS, RUNNING_REQUESTS
+
+_SGLANG_DEFAULTS = {"tp-size": 1, "ep-size": 1}
+
+
+@dataclass(frozen=True)
+class _Problem:
+    key: str
+    """Its path below the config, e.g. ``args.ep-size``."""
+    rule: str
+    warning: bool = False
+
+
+def _parallelism_problems(args: Mapping[str, ArgValue]) -> list[_Problem]:
+    tp_size = args.get("tp-size", _SGLANG_DEFAULTS["tp-size"])
+    ep_size = args.get("ep-size", _SGLANG_DEFAULTS["ep-size"])
+    default_note = "" if "tp-size" in args else " (SGLang's default)"
+    problems = []
+    if within(tp_size, GPUS) and within(ep_size, GPUS) and tp_size % ep_size:
+        problems.append(
+            _Problem("args.ep-size", f"{ep_size} does not divide tp-size {tp_size}{default_note}")
+        )
+    if args.get("enable-eplb") is True and within(ep_size, GPUS) and ep_size <= 1:
+        problems.append(_Problem("args.enable-eplb", f"needs ep-size > 1, and ep-size is {ep_size}"))
+    return problems
+
+
+def _sim_flag_problems(config: ServingConfig) -> list[_Problem]:
+    return [
+        _Problem(f"sim.{key}", "is also an SGLang flag in args: give each flag once")
+        for key in sorted(config.sim.keys() & config.args.keys())
+    ]
+
+
+def _cuda_graph_problems(config: ServingConfig) -> list[_Problem]:
+    """CUDA graph settings must be the same for every config: a TP8 baseline once lacked the CUDA graphs
+    its expert-parallel rivals had, and the comparison was unfair."""
+    rule = "CUDA graph settings differ from common: the comparison is unfair unless that is its point"
+    return [
+        _Problem(f"args.{key}", rule, warning=True)
+        for key in sorted({*config.declared.args, *config.unset.args})
+        if "cuda-graph" in key
+    ]
+
+
+def report_problems(
+    findings: Findings, configs: Mapping[str, ServingConfig], layers: Mapping[str, Layer]
+) -> None:
+    problems = {
+        name: [
+            *_parallelism_problems(config.args),
+            *_sim_flag_problems(config),
+            *_cuda_graph_problems(config),
+        ]
+        for name, config in configs.items()
+    }
+    for name, config_problems in problems.items():
+        parent = layers[name].extends
+        inherited = set(problems[parent]) if parent is not None else set()
+        for problem in config_problems:
+            if problem not in inherited:
+                report = findings.warn if problem.warning else findings.error
+                report(f"configs.{name}.{problem.key}", problem.rule)
+
+
+def warn_unused_sim_flags(findings: Findings, common: Settings, layers: Mapping[str, Layer]) -> None:
+    if common.sim:
+        findings.warn("common.sim", "ignored: the engine is sglang")
+    for name, layer in layers.items():
+        if layer.own.sim or layer.unset.sim:
+            findings.warn(f"configs.{name}.sim", "ignored: the engine is sglang")
+
+
+def warn_concurrency_above_capacity(
+    findings: Findings, workload: Workload, configs: Mapping[str, ServingConfig]
+) -> None:
+    """Levels above max-running-requests queue in the server: the client's concurrency is not the server's."""
+    configs_by_limit: dict[int, list[str]] = {}
+    largest_level = max(workload.concurrency, default=0)
+    for config in configs.values():
+        limit = config.args.get("max-running-requests")
+        if within(limit, RUNNING_REQUESTS) and largest_level > limit:
+            configs_by_limit.setdefault(limit, []).append(config.name)
+    for limit, names in configs_by_limit.items():
+        above = ", ".join(str(level) for level in workload.concurrency if level > limit)
+        findings.warn(
+            "workload.concurrency",
+            f"{above} above max-running-requests {limit} of {', '.join(names)}: the excess requests queue",
+        )
+
+
+def warn_levels_without_their_concurrency(findings: Findings, workload: Workload) -> None:
+    short = [level for level in workload.concurrency if workload.prompts_at(level) < level]
+    if short:
+        findings.warn(
+            "workload.prompts_per_level",
+            f"fewer prompts than the concurrency at level {', '.join(map(str, short))}: "
+            "such a level never has that many requests in flight",
+        )

@@ -1,0 +1,304 @@
+"""The JSON Schema of campaign files: an editor's aid while a campaign is typed, never its judge.
+
+``campaign_schema()`` builds it from what the checks themselves read: the model's key lists and choices,
+the ranges of ``fairbench.measure.bounds``, the name patterns, and SGLang's flag table through
+``sglang_flags``, each flag with the shape and the type of value it takes. An editor with a YAML language
+server (VS Code's YAML extension, neovim's yamlls) completes and checks a campaign file against it when
+the file's first line names it, relative to the file::
+
+    # yaml-language-server: $schema=campaign.schema.json
+
+The loader (``fairbench validate``) stays the judge, naming the file, the key path and the rule. The
+schema leaves to it the rules across keys, the ``extends`` chains and the ``unset`` keys, whether a
+dataset file exists, how many requests an ``Nx`` makes, unit names' length and values that read as flags.
+It asks for each value in its plain YAML type, where the loader also takes what SGLang's converters read
+(``tp-size: 8``, not ``"8"``; ``true``, not YAML 1.1's ``yes``), and it takes any string for a flag whose
+converter parses one (``human_readable_int``, JSON).
+
+The repository keeps the schema at ``campaigns/campaign.schema.json``, and a test checks that it is this
+module's output. After a change to the model or to the flag table, write it again::
+
+    .venv/bin/python -m fairbench.campaign.schema campaigns/campaign.schema.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from fairbench.campaign.checks import UNIT_NAME_PART
+from fairbench.campaign.model import (
+    CONFIG_KEYS,
+    DATASET_SUFFIX,
+    ENGINES,
+    SECTIONS,
+    TOP_KEYS,
+    TOP_REQUIRED,
+    WORKLOAD_KEYS,
+    WORKLOAD_REQUIRED,
+)
+from fairbench.campaign.sglang_flags import BOUNDED_ARGS, DEPRECATED_ARGS, REJECTED_ARGS, sglang_flags
+from fairbench.campaign.structure import ENV_NAME, FLAG_NAME
+from fairbench.campaign.workload import BOUNDS, LEAST_REQUESTS, TIMES_CONCURRENCY
+from fairbench.measure.bounds import CONCURRENCY, REQUESTS, START_TIMEOUT_S, UNIT_LINE_ENDS, Bound
+from fairbench.measure.workload import APIS, RANDOM_IDS
+from fairbench.sim.args import VALUED_ACTIONS, sglang_version
+
+DRAFT = "https://json-schema.org/draft/2020-12/schema"
+SCHEMA_ID = "urn:fairbench:campaign"
+
+Schema = dict[str, Any]
+
+_CONVERTED_TYPES: dict[str, tuple[str, ...]] = {
+    "str": ("string", "number"),
+    "nullable_str": ("string", "number"),
+    "int": ("integer",),
+    "float": ("number",),
+    "human_readable_int": ("integer", "string"),
+    "loads": ("string", "number"),
+    "json_list_type": ("string", "number"),
+    "parse_cuda_graph_backend_arg": ("string",),
+    "parse_cuda_graph_config_arg": ("string",),
+}
+"""The plain YAML types of a value each of SGLang's converters (``fairbench.sim.args.CONVERTERS``) takes
+once rendered: a YAML number is JSON text too, and text for ``str``."""
+
+_LINE_END = "[" + "".join(f"\\x{ord(character):02x}" for character in UNIT_LINE_ENDS) + "]"
+_TEXT: Schema = {"not": {"type": "string", "pattern": _LINE_END}}
+"""No string that reaches a unit holds a line end (a pattern in both Python's and ECMA-262's syntax)."""
+
+
+def campaign_schema() -> Schema:
+    """The schema of a campaign file, draft 2020-12."""
+    return {
+        "$schema": DRAFT,
+        "$id": SCHEMA_ID,
+        "title": "fairbench campaign",
+        "description": "The configs fairbench compares and the workload that drives them, served by "
+        f"SGLang {sglang_version()} or its simulator. `fairbench validate FILE` checks every rule.",
+        "type": "object",
+        "properties": _properties(TOP_KEYS, _top_level()),
+        "required": list(TOP_REQUIRED),
+        "additionalProperties": False,
+        "$defs": {
+            "args": _args(),
+            "env": _env(),
+            "sim": {
+                "description": "Flags of the simulator alone, as on its command line without '--'; "
+                "appended to the command line when the engine is sim.",
+                "type": "object",
+                "propertyNames": {"pattern": _anchored(FLAG_NAME)},
+                "additionalProperties": _any_flag_value(),
+            },
+            "config": _config(),
+        },
+    }
+
+
+def schema_text() -> str:
+    """The schema as the repository keeps it: indented JSON, one line end at its end."""
+    return json.dumps(campaign_schema(), indent=2) + "\n"
+
+
+def _properties(keys: Sequence[str], schemas: Mapping[str, Schema]) -> dict[str, Schema]:
+    """The schemas of a mapping's keys, in the model's order; a key without its schema fails here."""
+    if set(keys) != set(schemas):
+        raise ValueError(f"the schema's keys {sorted(schemas)} are not the model's {sorted(keys)}")
+    return {key: schemas[key] for key in keys}
+
+
+def _anchored(pattern: re.Pattern[str]) -> str:
+    """A pattern the checks apply with ``fullmatch``, as JSON Schema's search for it."""
+    return f"^(?:{pattern.pattern})$"
+
+
+def _bounded(bound: Bound) -> Schema:
+    return {
+        "description": bound.describe(),
+        "type": "integer" if bound.integer else "number",
+        "minimum": bound.low,
+        "maximum": bound.high,
+    }
+
+
+def _ref(name: str) -> Schema:
+    return {"$ref": f"#/$defs/{name}"}
+
+
+def _top_level() -> dict[str, Schema]:
+    return {
+        "name": {
+            "description": "The campaign's name, part of every config's systemd unit name.",
+            "type": "string",
+            "pattern": _anchored(UNIT_NAME_PART),
+        },
+        "engine": {"description": "What serves each config.", "enum": list(ENGINES)},
+        "model": {
+            "description": "The model id or path every config serves (--model-path).",
+            "type": "string",
+            "pattern": "\\S",
+            **_TEXT,
+        },
+        "configs": {
+            "description": "The configs to compare, by name (part of their systemd unit names).",
+            "type": "object",
+            "minProperties": 1,
+            "propertyNames": {"pattern": _anchored(UNIT_NAME_PART)},
+            "additionalProperties": _ref("config"),
+        },
+        "workload": _workload(),
+        "common": {
+            "description": "What every config starts from.",
+            "type": "object",
+            "properties": {section: _ref(section) for section in SECTIONS},
+            "additionalProperties": False,
+        },
+        "start_timeout_s": {
+            **_bounded(START_TIMEOUT_S),
+            "description": "How long a server may take to become healthy, "
+            f"{START_TIMEOUT_S.describe()}; absent, the serving role's default applies.",
+        },
+    }
+
+
+def _config() -> Schema:
+    schemas: dict[str, Schema] = {
+        "extends": {"description": "The config this one inherits from.", "type": "string"},
+        **{section: _ref(section) for section in SECTIONS},
+        "unset": {
+            "description": "Keys this config removes from what it inherits.",
+            "type": "object",
+            "properties": {
+                section: {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
+                for section in SECTIONS
+            },
+            "additionalProperties": False,
+        },
+    }
+    return {"type": "object", "properties": _properties(CONFIG_KEYS, schemas), "additionalProperties": False}
+
+
+def _workload() -> Schema:
+    def level_count(key: str) -> Schema:
+        return {
+            "description": "Requests per level: N, or Nx (N times the level).",
+            "anyOf": [
+                {"type": "integer", "minimum": LEAST_REQUESTS[key], "maximum": REQUESTS.high},
+                {"type": "string", "pattern": _anchored(TIMES_CONCURRENCY)},
+            ],
+        }
+
+    schemas: dict[str, Schema] = {
+        "api": {"description": "The API every request goes to.", "enum": list(APIS)},
+        "dataset": {
+            "description": f"{RANDOM_IDS}, or the path of a local ShareGPT-style {DATASET_SUFFIX} file, "
+            "relative to the campaign file's directory.",
+            "anyOf": [
+                {"const": RANDOM_IDS},
+                {"type": "string", "pattern": re.escape(DATASET_SUFFIX) + "$"},
+            ],
+        },
+        "concurrency": {
+            "description": "The concurrency levels, each measured in turn.",
+            "type": "array",
+            "minItems": 1,
+            "uniqueItems": True,
+            "items": _bounded(CONCURRENCY),
+        },
+        **{key: level_count(key) for key in LEAST_REQUESTS},
+        **{key: _bounded(bound) for key, bound in BOUNDS.items()},
+    }
+    return {
+        "description": "How every config is driven: the same requests at the same concurrency levels.",
+        "type": "object",
+        "properties": _properties(WORKLOAD_KEYS, schemas),
+        "required": list(WORKLOAD_REQUIRED),
+        "additionalProperties": False,
+    }
+
+
+def _env() -> Schema:
+    return {
+        "description": "The server's environment variables.",
+        "type": "object",
+        "propertyNames": {"pattern": _anchored(ENV_NAME)},
+        "additionalProperties": {"type": ["string", "number"], **_TEXT},
+    }
+
+
+def _args() -> Schema:
+    """SGLang's flags, each by every spelling the campaign allows, in the order of their names."""
+    flags = {
+        name: _flag(name, option)
+        for name, option in sorted(sglang_flags().items())
+        if name not in REJECTED_ARGS and FLAG_NAME.fullmatch(name)
+    }
+    return {
+        "description": f"SGLang {sglang_version()}'s launch flags, as on its command line without '--'.",
+        "type": "object",
+        "properties": flags,
+        "additionalProperties": False,
+    }
+
+
+def _flag(name: str, option: Mapping[str, Any]) -> Schema:
+    """One flag: its spelling, SGLang's default and the values it takes."""
+    default = option["default"]
+    notes = [f"--{name}", *([] if default is None else [f"SGLang's default: {json.dumps(default)}"])]
+    if name in BOUNDED_ARGS:
+        notes.append(BOUNDED_ARGS[name].describe())
+    if name in DEPRECATED_ARGS:
+        notes.append(DEPRECATED_ARGS[name])
+    deprecated = {"deprecated": True} if name in DEPRECATED_ARGS else {}
+    return {"description": "; ".join(notes), **deprecated, **_flag_values(name, option)}
+
+
+def _flag_values(name: str, option: Mapping[str, Any]) -> Schema:
+    """A switch takes true or false; a valued flag the shapes of its ``nargs``, as ``render_flags`` renders
+    them: true the bare flag, false nothing, a list several values."""
+    if option["action"] not in VALUED_ACTIONS:
+        return {"type": "boolean"}
+    if name in BOUNDED_ARGS:
+        return {key: value for key, value in _bounded(BOUNDED_ARGS[name]).items() if key != "description"}
+    value = _flag_value(option)
+    values = {"type": "array", "minItems": 1, "items": value}
+    shapes = {None: [value], "?": [{"type": "boolean"}, value], "+": [value, values]}
+    choices = shapes.get(option["nargs"], [{"type": "boolean"}, value, values])
+    return choices[0] if len(choices) == 1 else {"anyOf": choices}
+
+
+def _flag_value(option: Mapping[str, Any]) -> Schema:
+    """One rendered value: one of the flag's choices, or of the types its converter takes."""
+    if option["choices"] is not None:
+        return {"enum": list(option["choices"])}
+    kind = option["type"] or "str"
+    if kind not in _CONVERTED_TYPES:
+        raise ValueError(f"the flag table's type {kind!r} has no JSON type here")
+    types = list(_CONVERTED_TYPES[kind])
+    return {"type": types[0] if len(types) == 1 else types, **(_TEXT if "string" in types else {})}
+
+
+def _any_flag_value() -> Schema:
+    value: Schema = {"type": ["string", "number"], **_TEXT}
+    return {"anyOf": [{"type": "boolean"}, value, {"type": "array", "minItems": 1, "items": value}]}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m fairbench.campaign.schema", description="Write the JSON Schema of campaign files."
+    )
+    parser.add_argument("path", nargs="?", help="the file to write (default: standard output)")
+    path = parser.parse_args(argv).path
+    if path is None:
+        print(schema_text(), end="")
+    else:
+        Path(path).write_text(schema_text(), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
