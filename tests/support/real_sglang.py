@@ -58,8 +58,6 @@ def _installed_version() -> str | None:
 
 def ensure_venv() -> Path:
     """The venv's Python, building the venv first when it lacks SGLANG_VERSION."""
-    if sys.version_info < (3, 11):
-        unavailable(f"SGLang {SGLANG_VERSION} needs Python >= 3.11, this is {sys.version.split()[0]}")
     if _installed_version() == SGLANG_VERSION:
         return _venv_python()
     wheelhouse = os.environ.get("FAIRBENCH_SGLANG_WHEELHOUSE")

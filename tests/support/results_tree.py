@@ -28,16 +28,16 @@ from typing import Any
 
 import yaml
 
-from fairbench.campaign.load import Campaign, ServingConfig, parse_campaign
+from fairbench.campaign.load import parse_campaign
+from fairbench.campaign.model import Campaign, ServingConfig
 from fairbench.hosts.ansible_support import host_facts
-from fairbench.hosts.journal import excerpt
-from fairbench.measure.results import CAMPAIGN_FILE, STATUS_FILE
+from fairbench.measure.results import CAMPAIGN_FILE
+from fairbench.measure.status import JOURNAL_EXCERPT_LINES, ConfigStatus, Failure, journal_tail, write_status
 
 REPO = Path(__file__).resolve().parents[2]
 FAIRBENCH = [sys.executable, "-m", "fairbench"]
 # The serving role's serving_environment, which every unit gets before the config's own variables.
 SERVING_ENVIRONMENT = {"HF_HOME": "/var/cache/fairbench-serving/huggingface", "PYTHONUNBUFFERED": "1"}
-JOURNAL_TAIL_LINES = 30
 LOOPBACK = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
@@ -166,19 +166,16 @@ def run_config(
     finally:
         server.terminate()
         server.wait(timeout=10)
-    status_json = {
-        "status": "failed" if failure else "ok",
-        "stage": failure.get("stage"),
-        "reason": failure.get("reason"),
-        "journal_tail": excerpt(journal.read_text(errors="replace").splitlines(), JOURNAL_TAIL_LINES)
-        if failure
-        else [],
-        "host": host,
-        "config": config.name,
-        "unit": config.unit,
-        "run_id": config_dir.parent.parent.name,
-    }
-    (config_dir / STATUS_FILE).write_text(json.dumps(status_json, indent=2) + "\n")
+    failed = Failure.from_json(failure) if failure else None
+    status = ConfigStatus(
+        host=host,
+        config=config.name,
+        unit=config.unit,
+        run_id=config_dir.parent.parent.name,
+        failure=failed,
+        journal_tail=journal_tail(config_dir, failed, JOURNAL_EXCERPT_LINES),
+    )
+    write_status(config_dir, status)
 
 
 def build_run(

@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("fairbench.sim.command", "an SGLang-compatible simulated server"),
     "validate": ("fairbench.cli.validate", "check a campaign file and show each config's command line"),
     "report": ("fairbench.cli.report", "the fair comparison of a run (or two runs): report.md, .html, plots"),
+    "export": ("fairbench.cli.export", "every point of a run as one table: CSV, or Parquet with pyarrow"),
     "nccl": ("fairbench.cli.nccl", "all-reduce latency and bus bandwidth per NCCL variant: nccl.json"),
     "run": ("fairbench.cli.run", "a campaign on an inventory's hosts through ansible-runner, shown live"),
 }

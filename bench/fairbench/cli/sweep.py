@@ -18,13 +18,13 @@ from urllib.parse import urlsplit
 from fairbench.cli.main import UsageError
 from fairbench.measure import bounds
 from fairbench.measure.bounds import Bound
-from fairbench.measure.client import APIS, ServerUnreachable
+from fairbench.measure.client import ServerUnreachable
 from fairbench.measure.energy import GpuSelectionError
 from fairbench.measure.progress import Progress
-from fairbench.measure.results import ResultsDir, ResultsError
+from fairbench.measure.results import ResultsDir, ResultsError, RunIdentity
 from fairbench.measure.sweep import Sweep, SweepSpec
 from fairbench.measure.vocabulary import VocabularyError
-from fairbench.measure.workload import WorkloadError, WorkloadSpec, parse_count
+from fairbench.measure.workload import APIS, WorkloadError, WorkloadSpec, parse_count
 
 
 def _number(text: str, bound: Bound) -> int | float:
@@ -74,6 +74,15 @@ def _count(text: str) -> str:
         parse_count(text, 1)
     except WorkloadError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _name(text: str) -> str:
+    """argparse type of a name a point line records (``--campaign`` and the like)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must name something: it is empty")
+    if not text.isprintable():
+        raise argparse.ArgumentTypeError(f"{text!r} holds a control character")
     return text
 
 
@@ -143,6 +152,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="seconds without data before a stream fails",
     )
     parser.add_argument("--out", type=_results_dir, required=True, help="results directory")
+    identity = parser.add_argument_group(
+        "identity", "what each point line names as its sweep; on --resume, left out: the points already there"
+    )
+    identity.add_argument("--campaign", type=_name, help="the campaign's name (default none)")
+    identity.add_argument("--run-id", type=_name, help="the campaign run's id (default none)")
+    identity.add_argument(
+        "--host",
+        type=_name,
+        help="the host measured, as the inventory names it (default: this machine's name)",
+    )
+    identity.add_argument("--config", type=_name, help="the serving config's name (default none)")
     parser.add_argument("--resume", action="store_true", help="skip the points already in --out")
     parser.add_argument(
         "--remeasure-failed",
@@ -202,6 +222,7 @@ def spec_from_args(args: argparse.Namespace) -> SweepSpec:
         read_timeout=args.read_timeout,
         energy=not args.no_energy,
         energy_gpus=args.energy_gpus,
+        identity=RunIdentity(campaign=args.campaign, run_id=args.run_id, host=args.host, config=args.config),
     )
 
 

@@ -1,6 +1,7 @@
-"""The package side of the Ansible modules in ``library/``: they parse arguments, call these, return JSON.
+"""The package side of the Ansible modules in ``plugins/modules/``: they parse arguments, call these, return
+JSON.
 
-The campaign layer (DESIGN.md, "Layout") keeps every decision in the package: how a campaign's workload
+The campaign layer (docs/architecture.md) keeps every decision in the package: how a campaign's workload
 becomes a sweep, when a server counts as healthy or dead, and what a host reports about itself.
 ``sweep``, ``wait_until_healthy`` and ``host_facts`` run on a GPU host inside fairbench's own venv.
 """
@@ -20,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from fairbench import __version__
-from fairbench.campaign.load import Workload
+from fairbench.campaign.model import Workload
 from fairbench.hosts.gpu import GpuFacts, GpuFactsError, collect
+from fairbench.hosts.unit_security import unit_security
 from fairbench.measure.progress import Progress
-from fairbench.measure.results import ResultsDir, point_id
+from fairbench.measure.results import ResultsDir, RunIdentity, point_id
 from fairbench.measure.sweep import Sweep, SweepSpec
 from fairbench.measure.workload import WorkloadSpec
 
@@ -65,9 +67,11 @@ def sweep_spec(
     model: str | None = None,
     gpus: int | None = None,
     energy_gpus: list[int] | None = None,
+    identity: RunIdentity | None = None,
 ) -> SweepSpec:
     """The sweep that drives one server with a campaign's workload; ``energy_gpus``: the GPUs whose energy
-    counts (NVML indices), None for every GPU."""
+    counts (NVML indices), None for every GPU; ``identity``: what its point lines name as their sweep (the
+    bench role gives the campaign, run id, inventory_hostname and config)."""
     return SweepSpec(
         url=url,
         workload=WorkloadSpec(
@@ -86,6 +90,7 @@ def sweep_spec(
         model=model,
         gpus=gpus,
         energy_gpus=energy_gpus,
+        identity=identity or RunIdentity(),
     )
 
 
@@ -118,8 +123,8 @@ def sweep(spec: SweepSpec, out: Path, *, check: bool, remeasure_failed: bool = F
     """Measure the points missing from ``out`` (a resume when some exist), and with ``remeasure_failed``
     those that completed no request; with ``check``, only plan them.
 
-    Raises ``ResultsError`` (``out`` holds points of other settings, or another sweep writes there) and
-    ``ServerUnreachable``.
+    Raises ``ResultsError`` (``out`` holds points of other settings or of another identity, or another
+    sweep writes there) and ``ServerUnreachable``.
     """
     results = ResultsDir(out)
     if check:
@@ -137,7 +142,9 @@ def sweep(spec: SweepSpec, out: Path, *, check: bool, remeasure_failed: bool = F
 
 
 def _plan(runner: Sweep, remeasure_failed: bool) -> tuple[list[str], list[str]]:
-    """The point ids in the directory, and those to measure."""
+    """The point ids in the directory, and those to measure; ResultsError when its points are another
+    sweep's (``Sweep.identity``), found before any server is started for them."""
+    runner.identity()
     existing = [point["point_id"] for point in runner.results.points()]
     todo = runner.todo(remeasure_failed=remeasure_failed)
     return existing, [point_id(level, repeat) for level, repeat in todo]
@@ -241,8 +248,9 @@ def wait_until_healthy(base_url: str, unit: str, timeout_s: float) -> dict[str, 
     return info
 
 
-def host_facts() -> dict[str, Any]:
-    """What host.json records about the machine a config ran on; ``gpu``: its GPUs (fairbench.hosts.gpu).
+def host_facts(unit: str | None = None) -> dict[str, Any]:
+    """What host.json records about the machine a config ran on; ``gpu``: its GPUs (fairbench.hosts.gpu);
+    ``unit_security``: how exposed the config's ``unit`` is (fairbench.hosts.unit_security), null without one.
 
     When nvidia-smi fails, ``gpu`` holds no GPUs and the reason: a config's results are not lost over a fact.
     """
@@ -263,6 +271,7 @@ def host_facts() -> dict[str, Any]:
         "python_executable": sys.executable,
         "fairbench": __version__,
         "gpu": gpu,
+        "unit_security": unit_security(unit) if unit else None,
     }
 
 

@@ -1,9 +1,11 @@
 """Metrics of one point (one concurrency level, one repeat): pure functions of its request records.
 
-The entry point is :func:`point_metrics`. Its keys start with those of ``sglang.bench_serving``'s result
-line, in the same order and with the same formulas (``calculate_metrics`` in
+The entry point is :func:`point_metrics`. Its keys start with the measured keys of ``sglang.bench_serving``'s
+result line (SGLang 0.5.23), in the same order and with the same formulas (``calculate_metrics`` in
 ``sglang/benchmark/serving.py``), so tools that read sglang results read ours; fairbench's extras follow
-under their own names. Definitions, with *ok* the successful requests (``record.success``):
+under their own names. A point line (measure/sweep.py) adds SGLang's argument keys and
+:func:`accept_length`; the keys of SGLang's line it lacks are :data:`SGLANG_KEYS_ABSENT`, each with why.
+Definitions, with *ok* the successful requests (``record.success``):
 
 - ``ttft`` = first content chunk - send; ``latency`` (e2e) = last stream line - send (see RequestRecord).
 - ``tpot`` = (latency - ttft) / (output_len - 1), for ok requests with output_len > 1 (:func:`tpot_ns`).
@@ -32,6 +34,16 @@ NS_PER_S = 1_000_000_000
 NS_PER_MS = 1_000_000
 
 Metrics = dict[str, float | int]
+
+SGLANG_KEYS_ABSENT: Mapping[str, str] = {
+    "server_info": "SGLang repeats the server's /server_info in every line; a campaign run saves it once "
+    "per config, as server_info.json beside points.jsonl",
+    "total_output_tokens_retokenized": "SGLang encodes the generated text again with the model's tokenizer; "
+    "fairbench counts the tokens the server reports and keeps no text",
+}
+"""The keys of sglang.bench_serving 0.5.23's result line that no point line has, each with the reason. Those
+it writes only when asked (``--goodput``'s, ``--cache-report``'s: options fairbench does not have) are not
+in its plain line, nor in ours."""
 
 SGLANG_QUANTILES = (90, 95, 99)
 """Percentiles sglang reports for ttft, tpot, itl and e2e latency."""
@@ -353,6 +365,29 @@ def point_metrics(
     metrics["failed"] = failed
     metrics["error_rate"] = failed / len(records) if records else 0.0
     return metrics
+
+
+def accept_length(server_info: object) -> float | None:
+    """sglang.bench_serving's ``accept_length``: the mean number of tokens a speculative decoding step
+    accepts, as the server reports it in ``/server_info``: internal_states[0].avg_spec_accept_length (that
+    of decode[0], behind a prefill-decode router). SGLang reads it once its run has ended, fairbench once
+    each point's loop has: the server's own running figure, not one computed from the point's requests.
+    None where the server reports none, or no finite number (without speculative decoding), as in sglang.
+    """
+    info = server_info
+    if isinstance(info, dict) and "decode" in info:
+        decode = info["decode"]
+        info = decode[0] if isinstance(decode, list) and decode else None
+    states = info.get("internal_states") if isinstance(info, dict) else None
+    first = states[0] if isinstance(states, list) and states else None
+    value = first.get("avg_spec_accept_length") if isinstance(first, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past any float
+        return None
+    return number if math.isfinite(number) else None
 
 
 # --- GPU energy of a point -------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import json
 import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -30,9 +31,8 @@ SWEEP_FILE = "sweep.json"
 LOCK_FILE = ".sweep.lock"
 """Hidden: the bench role fetches a results directory's files without its hidden ones."""
 # A campaign run (results/<campaign>/<run_id>/) holds CAMPAIGN_FILE, and one sweep directory per
-# host and config with a STATUS_FILE beside the sweep's own files.
+# host and config with a status.json (fairbench.measure.status) beside the sweep's own files.
 CAMPAIGN_FILE = "campaign.json"
-STATUS_FILE = "status.json"
 SUPERSEDES = "supersedes"
 """The key of a point measured again: ``{"line": N, "requests": PATH}``, the line of points.jsonl it
 replaces and where that point's request records were moved."""
@@ -40,6 +40,36 @@ replaces and where that point's request records were moved."""
 
 class ResultsError(ValueError):
     """The results directory cannot be used as asked; the message names the file and the rule."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunIdentity:
+    """Which sweep a point belongs to, written into each of its lines under these field names: lines of
+    several runs concatenated still say where each came from. A campaign run sets every field (``host``:
+    Ansible's inventory_hostname); a sweep run by hand may leave any out (None). Not in sweep.json: the
+    report compares sweep.json between configs as settings, and identities differ between them."""
+
+    campaign: str | None = None
+    run_id: str | None = None
+    host: str | None = None
+    config: str | None = None
+
+    def to_json(self) -> dict[str, str | None]:
+        return {name: getattr(self, name) for name in IDENTITY_KEYS}
+
+    def described(self) -> str:
+        return ", ".join(f"{name} {getattr(self, name)!r}" for name in IDENTITY_KEYS)
+
+
+IDENTITY_KEYS = tuple(item.name for item in fields(RunIdentity))
+"""The keys of a point line that name its sweep, in the order the line holds them: first."""
+
+
+def _identity_of(point: dict[str, Any]) -> RunIdentity | None:
+    """The identity a point line carries; None for a line written before lines carried one."""
+    if not any(name in point for name in IDENTITY_KEYS):
+        return None
+    return RunIdentity(**{name: point.get(name) for name in IDENTITY_KEYS})
 
 
 def point_id(concurrency: int, repeat: int) -> str:
@@ -224,6 +254,40 @@ class ResultsDir:
         """The points whose every request failed (``completed`` 0): those ``--remeasure-failed`` measures
         again."""
         return {pid for pid, (_, point) in self._current().items() if point["completed"] == 0}
+
+    def identity(self) -> RunIdentity | None:
+        """The identity the point lines here carry, superseded ones included; None when none carries one
+        (lines written before lines carried one). ResultsError when two lines carry different ones."""
+        found: tuple[int, RunIdentity] | None = None
+        for number, point in self._lines():
+            identity = _identity_of(point)
+            if identity is None:
+                continue
+            if found is not None and identity != found[1]:
+                raise ResultsError(
+                    f"{self.points_path}:{number}: a point of another sweep ({identity.described()}) "
+                    f"than line {found[0]}'s ({found[1].described()})"
+                )
+            found = found or (number, identity)
+        return found[1] if found else None
+
+    def resumed_identity(self, given: RunIdentity) -> RunIdentity:
+        """``given``, each field it leaves None taken from the point lines already here. ResultsError naming
+        each field given another value than theirs: the points of two sweeps never share a directory."""
+        recorded = self.identity()
+        if recorded is None:
+            return given
+        changed = [
+            f"{name} {getattr(recorded, name)!r} -> {value!r}"
+            for name, value in given.to_json().items()
+            if value is not None and value != getattr(recorded, name)
+        ]
+        if changed:
+            raise ResultsError(
+                f"{self.points_path}: cannot resume as another sweep: {'; '.join(changed)} "
+                f"(the points there are of {recorded.described()}); measure into another directory"
+            )
+        return replace(given, **{name: value for name, value in recorded.to_json().items() if value})
 
     def requests_path(self, pid: str) -> Path:
         return self.requests_dir / f"{pid}.jsonl.gz"

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import platform
 import secrets
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
 from time import perf_counter, perf_counter_ns
 from typing import Any
 
@@ -28,14 +29,13 @@ from fairbench.measure.energy import (
     optional_sampler,
     point_fields,
 )
-from fairbench.measure.metrics import point_metrics
+from fairbench.measure.metrics import accept_length, point_metrics
 from fairbench.measure.progress import Progress
 from fairbench.measure.records import RequestRecord
-from fairbench.measure.results import ResultsDir, point_id
+from fairbench.measure.results import ResultsDir, RunIdentity, point_id
 from fairbench.measure.vocabulary import Vocabulary, VocabularyError, explicit, from_model_info
-from fairbench.measure.workload import Prompt, Workload, WorkloadSpec, parse_count
+from fairbench.measure.workload import MIN_PROMPTS_PER_LEVEL, Prompt, Workload, WorkloadSpec, parse_count
 
-MIN_PROMPTS_PER_LEVEL = 16
 LAG_SAMPLE_INTERVAL_S = 0.01
 # The error rate is judged only once this many requests of the level have ended,
 # so that one early failure does not stop a level.
@@ -43,6 +43,11 @@ ERROR_RATE_MIN_REQUESTS = 8
 
 # sglang.bench_serving's name for each API, so its tooling reads our points.
 BACKEND_NAMES = {"completions": "sglang-oai", "chat": "sglang-oai-chat", "generate": "sglang"}
+REQUEST_RATE = "inf"
+"""sglang.bench_serving's ``request_rate`` of every point: its ``--request-rate inf`` (no arrival schedule,
+``max_concurrency`` requests in flight) is fairbench's closed loop. SGLang writes the float infinity, which
+json.dumps spells ``Infinity``: not JSON. The string "inf" is, and ``float()`` reads it back (as SGLang's
+other string value, "trace", shows, the key is a number or a string already)."""
 
 
 @dataclass(slots=True)
@@ -68,6 +73,9 @@ class SweepSpec:
     energy_gpus: list[int] | None = None
     """The GPUs whose energy counts, by NVML index; None: every GPU. Like ``energy``, not one of the
     settings: energy is measured beside the point and does not change it, so a resume may differ here."""
+    identity: RunIdentity = field(default_factory=RunIdentity)
+    """What each point line names as its sweep (``Sweep.identity``); not one of the settings: a resume is
+    checked against the identity of the lines already there instead."""
 
     def settings(self, vocabulary: Vocabulary | None, model: str | None) -> dict[str, Any]:
         """The inputs a resumed sweep must share with the original (see ResultsDir.prepare); ``vocabulary``
@@ -221,6 +229,13 @@ class Sweep:
             for prompt, rid in zip(prompts, rids, strict=True)
         ]
 
+    def identity(self) -> RunIdentity:
+        """The identity this sweep's point lines carry: the spec's, each field it leaves out taken from the
+        lines already in the directory (ResultsError when one it gives differs from theirs), and the host
+        else this machine's name."""
+        identity = self.results.resumed_identity(self.spec.identity)
+        return identity if identity.host else replace(identity, host=platform.node() or None)
+
     def todo(self, *, remeasure_failed: bool = False) -> list[tuple[int, int]]:
         """(concurrency, repeat) of each point to measure: those the results directory lacks, and with
         ``remeasure_failed`` those whose every request failed; repeat-major, so repeats are spread in time."""
@@ -260,12 +275,15 @@ class Sweep:
             vocabulary = await self.vocabulary(client)
             workload = Workload(spec.workload, vocabulary)
             self.results.prepare(spec.settings(vocabulary, model), resume=resume)
+            identity = self.identity()
             self.results.discard_partial()
             self._note_resumed(todo)
             # One sampler for the whole sweep: NVML starts once, not per point.
             with optional_sampler(spec.energy_gpus, self.progress.note, enabled=spec.energy) as energy:
                 for index, (level, repeat) in enumerate(todo):
-                    point, records = await self._measure_point(client, workload, level, repeat, energy)
+                    point, records = await self._measure_point(
+                        client, workload, level, repeat, energy, identity=identity
+                    )
                     written.append(self.results.write_point(point, records))
                     _stop_when_unreachable(point["point_id"], records, left=len(todo) - index - 1)
         return written
@@ -318,6 +336,8 @@ class Sweep:
         level: int,
         repeat: int,
         energy: EnergySampler | None = None,
+        *,
+        identity: RunIdentity,
     ) -> tuple[dict[str, Any], list[RequestRecord]]:
         spec = self.spec
         pid = point_id(level, repeat)
@@ -338,7 +358,7 @@ class Sweep:
                 on_done=self.progress.request_done,
             )
             warmup_failed = sum(not record.success for record in warm_records)
-        started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        started_at = datetime.now(UTC).isoformat(timespec="seconds")
         self.progress.start(pid, count)
         monitor = LoopLagMonitor()
         with collector_paused():
@@ -364,16 +384,25 @@ class Sweep:
         records.sort(key=lambda record: record.index)
         metrics = point_metrics(records, duration_s, level, gpus=spec.gpus)
         energy_fields = point_fields(gpu_energy, int(metrics["total_output_tokens"]))
+        sharegpt = spec.workload.dataset != "random-ids"
         point: dict[str, Any] = {
+            **identity.to_json(),
             "point_id": pid,
             "repeat": repeat,
+            # sglang.bench_serving's arguments, as it names them in its result line.
+            "tag": None,  # its --tag, a label of the user's; fairbench takes none: the identity names the run
             "backend": BACKEND_NAMES[spec.api],
-            "dataset_name": "random-ids" if spec.workload.dataset == "random-ids" else "sharegpt",
+            "dataset_name": "sharegpt" if sharegpt else "random-ids",
+            "request_rate": REQUEST_RATE,
             "max_concurrency": level,
+            # Its override of every ShareGPT output length, as fairbench's output_len is; None otherwise.
+            "sharegpt_output_len": spec.workload.output_len if sharegpt else None,
             "random_input_len": spec.workload.input_len,
             "random_output_len": spec.workload.output_len,
             "random_range_ratio": spec.workload.range_ratio,
             **metrics,
+            # Not asked of a server that completed nothing: it may be gone or hung (each wait a timeout).
+            "accept_length": await self._accept_length(client, pid) if metrics["completed"] else None,
             "num_prompts": count,
             "warmup_requests": warmup_count,
             "warmup_failed": warmup_failed,
@@ -391,6 +420,15 @@ class Sweep:
             + (" (stopped early: error rate)" if stopped_early else "")
         )
         return point, records
+
+    async def _accept_length(self, client: StreamClient, pid: str) -> float | None:
+        """The server's speculative decoding acceptance once the point's loop ended, as sglang.bench_serving
+        reads it after its run (metrics.accept_length); None when /server_info does not answer (a note)."""
+        try:
+            return accept_length(await client.get_json("/server_info"))
+        except ServerUnreachable as exc:
+            self.progress.note(f"{pid}: accept_length not read: {exc}")
+            return None
 
     def _stop_energy(self, energy: EnergySampler | None, pid: str) -> list[GpuEnergy]:
         """The point's GPU energy; none without a sampler or when a reading failed (with a note)."""

@@ -55,7 +55,7 @@ BYTES_PER_ELEMENT = 2
 """bf16, the dtype of the hidden state the servers all-reduce."""
 PREFILL_LIMIT_BYTES = 64 * 2**20
 DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-"""Decode batch sizes without a campaign: DESIGN.md's example workload."""
+"""Decode batch sizes without a campaign: the concurrency levels of campaigns/kimi-k2.6-pcie.yml."""
 DEFAULT_VARIANT = "default"
 NCCL_PREFIX = "NCCL_"
 NVLS_VARIABLE = "NCCL_NVLS_ENABLE"

@@ -1,12 +1,12 @@
 """What differed: every effective setting that differs between two config results, and who declared it.
 
-Settings come from four files of each config (DESIGN.md, "Results"), flattened to dotted names:
+Settings come from four files of each config (docs/results.md), flattened to dotted names:
 
 - ``server``: the server's ``/server_info`` (server_info.json): every launch argument with its effective
   value, so the defaults nobody set (CUDA graph settings, attention backend, ...) are compared too, and
   the SGLang version;
 - ``environment``: the unit's ``Environment=`` lines (unit.service): NCCL_* and everything else;
-- ``host``: host.json: OS, kernel, driver, GPUs, package versions;
+- ``host``: host.json: OS, kernel, driver, GPUs, the Python and fairbench versions;
 - ``sweep``: sweep.json: the workload the sweep ran.
 
 A difference is *intended* when the campaign declared it: between two configs of a run, a key that

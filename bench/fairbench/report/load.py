@@ -1,4 +1,4 @@
-"""A run's results tree read into memory: ``results/<campaign>/<run_id>/`` (DESIGN.md, "Results").
+"""A run's results tree read into memory: ``results/<campaign>/<run_id>/`` (docs/results.md).
 
 Every config the campaign names appears on every host that ran any config, even when its directory is
 missing or holds no points: a report never drops a config silently. Nor does it drop a damaged file
@@ -21,12 +21,12 @@ from fairbench.hosts.journal import excerpt
 from fairbench.measure.results import (
     CAMPAIGN_FILE,
     POINTS_FILE,
-    STATUS_FILE,
     SUPERSEDES,
     SWEEP_FILE,
     ResultsError,
     point_id,
 )
+from fairbench.measure.status import JOURNAL_EXCERPT_LINES, JOURNAL_FILE, STATUS_FILE
 from fairbench.nccl.runner import DECODE, PREFILL
 from fairbench.nccl.runner import RESULT_FILE as NCCL_FILE
 from fairbench.report.figures import FIGURES, THROUGHPUT, non_finite_text
@@ -34,9 +34,6 @@ from fairbench.report.figures import FIGURES, THROUGHPUT, non_finite_text
 SERVER_INFO_FILE = "server_info.json"
 HOST_FILE = "host.json"
 UNIT_FILE = "unit.service"
-JOURNAL_FILE = "journal.log"
-JOURNAL_EXCERPT_LINES = 30
-"""Lines of journal.log quoted for a failed config whose status.json carries no journal_tail."""
 NO_HOST = "(no host)"
 MISSING = "missing"
 """The status of a config the campaign names but the tree has no status.json for."""
@@ -354,9 +351,11 @@ class _Files:
             self._unusable(UNIT_FILE, f"cannot read its Environment= lines: {exc}")
             return None
 
-    def points(self) -> list[dict[str, Any]]:
+    def points(self, placed: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
         """Every usable point, its latest line only (measure.results.SUPERSEDES), in the order the points
         were first measured. A point_id seen before that does not supersede it (two writers) counts once.
+        ``placed``: the identity keys (measure.results.RunIdentity) the tree gives these points, checked
+        against those their lines name (``_named_elsewhere``).
         """
         path = self.path / POINTS_FILE
         kept: dict[str, tuple[int, dict[str, Any]]] = {}
@@ -370,6 +369,7 @@ class _Files:
             kept[pid] = (number, point)
         for number, point in kept.values():
             self.problems += _non_finite(path, number, point)
+        self.problems += _named_elsewhere(path, list(kept.values()), placed or {})
         return [point for _, point in kept.values()]
 
     def _point_lines(self, path: Path) -> list[tuple[int, dict[str, Any]]]:
@@ -403,6 +403,23 @@ def _non_finite(path: Path, number: int, point: dict[str, Any]) -> list[str]:
     ]
 
 
+def _named_elsewhere(
+    path: Path, points: list[tuple[int, dict[str, Any]]], placed: Mapping[str, str]
+) -> list[str]:
+    """For each key of ``placed`` that lines name otherwise, one problem naming the first: the points are
+    shown where they lie. Lines from before lines named their sweep name nothing, and pass."""
+    problems = []
+    for key, expected in placed.items():
+        other = [(number, point[key]) for number, point in points if point.get(key) not in (None, expected)]
+        if other:
+            number, named = other[0]
+            problems.append(
+                f"{path}:{number}: {len(other)} point(s) name {key} {_shown(named)} where the tree says "
+                f"{_shown(expected)}; shown as the tree says"
+            )
+    return problems
+
+
 def _point(line: bytes) -> dict[str, Any]:
     """One line of points.jsonl as a point; ``ValueError`` saying why it is not one."""
     point = _parse_object(line)
@@ -425,15 +442,18 @@ def _status(files: _Files) -> dict[str, Any]:
     return {"status": UNREADABLE if STATUS_FILE in files.unreadable else MISSING}
 
 
-def load_config(host: str, name: str, path: Path) -> ConfigResult:
+def load_config(host: str, name: str, path: Path, *, campaign: str | None = None) -> ConfigResult:
+    """One config directory; ``campaign``: the run's campaign name, which its point lines must name too.
+    The host is not checked against theirs: a sweep run by hand names the machine it ran on."""
     files = _Files(path)
     status = _status(files)
+    placed = {"config": name} | ({"campaign": campaign} if campaign is not None else {})
     return ConfigResult(
         host=host,
         name=name,
         path=path,
         status=status,
-        points=files.points(),
+        points=files.points(placed),
         server_info=files.json_object(SERVER_INFO_FILE),
         host_info=files.json_object(HOST_FILE),
         environment=files.environment(),
@@ -596,7 +616,7 @@ def load_run(path: Path) -> Run:
     for host in hosts or [NO_HOST]:
         present = config_dirs.get(host, [])
         for name in [*named, *(name for name in present if name not in named)]:
-            results.append(load_config(host, name, path / host / name))
+            results.append(load_config(host, name, path / host / name, campaign=campaign["name"]))
     nccl, nccl_problems = _run_nccl(path)
     if results and nccl_problems:
         # The first screen names the problems of the configs' files; nccl.json lies beside them.
