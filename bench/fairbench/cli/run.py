@@ -2,8 +2,11 @@
 
 It plays what ``ansible-playbook playbooks/site.yml -e campaign=... -e run_id=...`` plays (provision,
 campaign, report), and shows per host the config, its stage, the concurrency level in flight and its output
-tokens/s (fairbench.cli.run_display). Ansible's full output goes to ``ansible.log`` in the run's directory.
+tokens/s (fairbench.cli.run_display). Ansible writes its whole output, as it runs, to ``ansible.log`` in the
+run's directory (ANSIBLE_LOG_PATH), which Ansible itself names first (fairbench.cli.run_dir).
 The campaign is checked first, so a bad file fails here with its errors, before any host is touched.
+ansible-playbook's own options are taken as it takes them (fairbench.cli.run_options, run_extra_vars) and
+its prompts asked here (fairbench.cli.run_prompts).
 """
 
 from __future__ import annotations
@@ -11,28 +14,56 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shutil
+import shlex
 import signal
 import sys
 import tempfile
-from datetime import datetime, timezone
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fairbench.campaign.load import CampaignError, load_campaign
+from fairbench.campaign.load import load_campaign
+from fairbench.campaign.model import CampaignError
+from fairbench.cli import run_dir, run_extra_vars, run_options
 from fairbench.cli.main import UsageError
 from fairbench.cli.run_display import RunDisplay
+from fairbench.cli.run_prompts import ask_secrets
 
 RUN_ID_PATTERN = "^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 RESERVED_VARS = {"campaign": "the CAMPAIGN argument", "run_id": "--run-id"}
 """Extra variables ``fairbench run`` sets itself, each from its own argument."""
 SITE_PLAYBOOK = Path("playbooks") / "site.yml"
 ANSIBLE_LOG = "ansible.log"
+CANCEL_CHECK_S = 0.5
+HELP_EPILOG = """\
+ansible-playbook's options above are taken as ansible-playbook takes them and handed on to it. They are
+mirrored, not passed on verbatim after --, because ansible-playbook runs here without a terminal: -K, -k, -J
+and --vault-id LABEL@prompt are asked by fairbench, which types the answers at ansible-playbook's prompts,
+and an option not listed is refused by name rather than left to wait or bypass the display (run
+ansible-playbook itself for those, e.g. --step or --start-at-task). -i, --limit (localhost always added)
+and the variables campaign and run_id are fairbench's: an -e that sets one of those two is refused
+(KEY=VALUE, a mapping or a readable @FILE), and fairbench's own come last, so an encrypted @FILE cannot
+override them either.
+
+Ansible writes its whole output to ansible.log in the run's directory as it runs (ANSIBLE_LOG_PATH, its own
+format; a resumed run appends). The directory is the bench role's bench_run_dir
+(bench_results_root/CAMPAIGN/RUN_ID), asked of Ansible first with this run's inventory, -e and vault
+options. Ctrl-C stops ansible-playbook; the log keeps what ran, and sweeps already started go on on their
+hosts: the same --run-id resumes.
+"""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("campaign", type=Path, help="the campaign file (campaigns/NAME.yml)")
-    parser.add_argument("-i", "--inventory", type=Path, required=True, help="the GPU hosts' inventory")
+    parser.add_argument(
+        "-i",
+        "--inventory",
+        action="append",
+        required=True,
+        help="the GPU hosts' inventory (repeatable, as for ansible-playbook)",
+    )
     parser.add_argument(
         "--run-id", help="the run's name (default: the start time, UTC); an existing run's id resumes it"
     )
@@ -43,18 +74,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="relative to the project (default playbooks/site.yml: provision, campaign, report)",
     )
     parser.add_argument(
-        "--check", action="store_true", help="show what would change (--check --diff), run nothing"
-    )
-    parser.add_argument(
-        "--limit", help="only these GPU hosts (Ansible's --limit pattern; the control node is always in)"
+        "-l",
+        "--limit",
+        help="only these GPU hosts (Ansible's --limit pattern; the control node is always in)",
     )
     parser.add_argument(
         "-e",
+        "--extra-vars",
         "--extra-var",
+        dest="extra_var",
         action="append",
         default=[],
-        metavar="KEY=VALUE",
-        help="an Ansible variable for this run, e.g. -e bench_sweep_poll_s=2 (repeatable)",
+        metavar="VARS",
+        help="extra variables as ansible-playbook takes them: KEY=VALUE (several, space-separated), @FILE "
+        "(YAML or JSON) or a YAML/JSON mapping, e.g. -e bench_sweep_poll_s=2 (repeatable; the last wins)",
     )
     parser.add_argument(
         "--project-dir",
@@ -67,32 +100,33 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="a status line redrawn in place (default: when stdout is a terminal)",
     )
+    run_options.configure(parser)
+    parser.epilog = HELP_EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
 
 
 def run(args: argparse.Namespace) -> int:
     run_id = _run_id(args.run_id)
     limit = _limit(args.limit)
-    given_vars = extra_vars(args.extra_var)
     try:
         import ansible_runner  # type: ignore[import-untyped]  # noqa: PLC0415 - only this command needs it
         from ansible_runner.exceptions import AnsibleRunnerException  # type: ignore[import-untyped]  # noqa: PLC0415
     except ImportError:
         return _runtime_error("ansible-runner is not installed: pip install 'fairbench[control]'")
+    extra_var_args = run_extra_vars.passed_on(args.extra_var, RESERVED_VARS)
     project = project_dir(args.project_dir)
     playbook = project / args.playbook
     if not playbook.is_file():
         raise UsageError(f"--playbook: {playbook} does not exist")
-    inventory = args.inventory.resolve()
-    if not inventory.exists():
-        raise UsageError(f"-i/--inventory: {args.inventory} does not exist")
+    inventories = _inventories(args.inventory)
     try:
         campaign = load_campaign(args.campaign)
     except CampaignError as exc:
         for message in exc.messages:
             print(message, file=sys.stderr)
         return 2
+    passwords = ask_secrets(args)
     extravars = {
-        **given_vars,
         # As named from the project, where ansible-playbook runs: campaign.json records it so.
         "campaign": os.path.relpath(args.campaign.resolve(), project),
         "run_id": run_id,
@@ -100,52 +134,111 @@ def run(args: argparse.Namespace) -> int:
     display = RunDisplay(sys.stdout, live=sys.stdout.isatty() if args.live is None else args.live)
     print(f"fairbench run: campaign {campaign.name} ({len(campaign.configs)} configs), run id {run_id}")
     with tempfile.TemporaryDirectory(prefix="fairbench-runner-") as private_dir:
-        sigint_handler = signal.getsignal(signal.SIGINT)
+        runner_options = _runner_options(private_dir, project, passwords)
         try:
-            runner: Any = ansible_runner.run(
-                private_data_dir=private_dir,
-                project_dir=str(project),
-                playbook=str(playbook),
-                inventory=str(inventory),
-                extravars=extravars,
-                cmdline="--check --diff" if args.check else None,
-                limit=limit,
-                envvars={
-                    "ANSIBLE_CONFIG": str(project / "ansible.cfg"),
-                    "ANSIBLE_NOCOLOR": "1",
-                    # ansible-playbook from this Python's venv, even when the venv is not activated.
-                    "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
-                },
-                event_handler=display.handle,
-                quiet=True,
-            )
+            with _signals_kept():
+                where = run_dir.resolve(
+                    project=project,
+                    playbook=playbook,
+                    campaign_name=campaign.name,
+                    run_id=run_id,
+                    inventories=inventories,
+                    ansible_args=[*extra_var_args, *run_options.vars_args(args)],
+                    runner_options=runner_options,
+                )
         except KeyboardInterrupt:
-            return _interrupted(run_id)
+            print("interrupted before ansible-playbook started")
+            return 130
+        except run_dir.RunDirError as exc:
+            return _runtime_error(str(exc))
+        except AnsibleRunnerException as exc:
+            return _runtime_error(f"ansible-runner: {exc}")
+        log = _log_in(where)
+        if log is not None:
+            print(f"ansible's output, as it runs: {log}")
+            envvars = {**runner_options["envvars"], "ANSIBLE_LOG_PATH": str(log)}
+            runner_options = {**runner_options, "envvars": envvars}
+        try:
+            with _signals_kept():
+                runner: Any = ansible_runner.run(
+                    **runner_options,
+                    project_dir=str(project),
+                    playbook=str(playbook),
+                    inventory=inventories,
+                    # After the options given: fairbench's own extra variables win over any -e.
+                    extravars=extravars,
+                    cmdline=shlex.join([*run_options.playbook_args(args), *extra_var_args]) or None,
+                    limit=limit,
+                    event_handler=display.handle,
+                    quiet=True,
+                )
+        except KeyboardInterrupt:
+            return _interrupted(run_id, log)
         except AnsibleRunnerException as exc:
             return _runtime_error(f"ansible-runner: {exc}")
         finally:
-            # ansible-runner turns Ctrl-C into a cancellation through a handler it leaves installed.
-            signal.signal(signal.SIGINT, sigint_handler)
             display.close()
-        # Beside the run's results; before any config started, beside the default results root's.
-        run_dir = display.run_dir or project / "results" / campaign.name / run_id
-        log = _keep_log(Path(private_dir) / "artifacts" / str(runner.config.ident) / "stdout", run_dir)
     if runner.status == "canceled":
-        return _interrupted(run_id)
+        return _interrupted(run_id, log)
+    _say_log(log)
     for path in display.report_paths:
         print(f"report: {path}")
     if display.failed_configs:
         print(f"failed: {', '.join(display.failed_configs)} (each status.json says why)")
     rc: int = runner.rc
     if rc != 0 and not display.failed_configs:
-        where = f"; {log} has its whole output" if log else ""
-        print(f"ansible-playbook failed (rc {rc}){where}")
+        where_said = f"; {log} has its whole output" if log else ""
+        print(f"ansible-playbook failed (rc {rc}){where_said}")
     return rc
+
+
+def _runner_options(private_dir: str, project: Path, passwords: dict[str, str]) -> dict[str, Any]:
+    """ansible_runner.run's options for both runs: the one asking for the run's directory, and the play."""
+    return {
+        "private_data_dir": private_dir,
+        "envvars": {
+            "ANSIBLE_CONFIG": str(project / "ansible.cfg"),
+            "ANSIBLE_NOCOLOR": "1",
+            # ansible-playbook from this Python's venv, even when the venv is not activated.
+            "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+        },
+        "passwords": passwords,
+        # Nothing written to private_data_dir/env (passwords included): each run takes its own values.
+        "suppress_env_files": True,
+        # How often ansible-runner looks for a Ctrl-C while ansible-playbook runs (its default: 5 s).
+        "settings": {"pexpect_timeout": CANCEL_CHECK_S},
+    }
+
+
+@contextmanager
+def _signals_kept() -> Iterator[None]:
+    """Ctrl-C and SIGTERM as they were, after ansible-runner: it turns both into a cancellation through
+    handlers it leaves installed."""
+    kept = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for number, handler in kept.items():
+            signal.signal(number, handler)
+
+
+def _inventories(given: list[str]) -> list[str]:
+    """The -i sources as ansible-playbook, which runs in the project, finds them: paths made absolute."""
+    sources: list[str] = []
+    for source in given:
+        path = Path(source).expanduser()
+        if path.exists():
+            sources.append(str(path.resolve()))
+        elif "," in source:
+            sources.append(source)  # a host list, e.g. -i gpu1,gpu2,
+        else:
+            raise UsageError(f"-i/--inventory: {source} does not exist")
+    return sources
 
 
 def _run_id(given: str | None) -> str:
     if given is None:
-        return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     # Checked here too, not only by campaign.yml: site.yml provisions every host before that check.
     if not re.fullmatch(RUN_ID_PATTERN, given):
         raise UsageError(
@@ -164,23 +257,28 @@ def _limit(given: str | None) -> str | None:
     return f"{given},localhost"
 
 
-def _keep_log(stdout: Path, run_dir: Path) -> Path | None:
-    """ansible-playbook's output copied to the run's ``ansible.log``; None, said why, if it cannot be."""
-    log = run_dir / ANSIBLE_LOG
+def _log_in(where: Path) -> Path | None:
+    """The run's ``ansible.log``, its directory made for Ansible to write it in; None, said why, if it
+    cannot be (the run goes on without it)."""
+    log = where / ANSIBLE_LOG
     try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(stdout, log)
+        where.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         print(
             f"fairbench run: error: cannot keep ansible's output as {log}: {exc.strerror or exc}",
             file=sys.stderr,
         )
         return None
-    print(f"ansible's output: {log}")
     return log
 
 
-def _interrupted(run_id: str) -> int:
+def _say_log(log: Path | None) -> None:
+    if log is not None and log.exists():
+        print(f"ansible's output: {log}")
+
+
+def _interrupted(run_id: str, log: Path | None) -> int:
+    _say_log(log)
     print(f"interrupted: sweeps already started go on on their hosts; --run-id {run_id} resumes")
     return 130
 
@@ -204,16 +302,3 @@ def project_dir(given: Path | None) -> Path:
     raise UsageError(
         f"no {SITE_PLAYBOOK} in {here} or its parents: run from fairbench's project or --project-dir"
     )
-
-
-def extra_vars(pairs: list[str]) -> dict[str, str]:
-    """``-e KEY=VALUE`` options as Ansible extra variables."""
-    parsed: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.isidentifier():
-            raise UsageError(f"-e/--extra-var: {pair!r} is not KEY=VALUE with KEY a variable name")
-        if key in RESERVED_VARS:
-            raise UsageError(f"-e/--extra-var: {key} is set by {RESERVED_VARS[key]}")
-        parsed[key] = value
-    return parsed

@@ -9,11 +9,12 @@ in flight share one status line redrawn below them.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
+
+from fairbench.measure.status import quoted_journal
 
 PLAIN_PROGRESS_EVERY_S = 30.0
 """Without a terminal, a sweep's in-flight line at most this often per host (its finished points always)."""
@@ -140,7 +141,7 @@ class RunDisplay:
         self.failed_configs.append(f"{host_name}/{config}")
         reason = _first_line(failure.get("reason", ""))
         self._line(f"{host_name} {config}: FAILED at {failure.get('stage', '?')}: {reason}")
-        for line in _journal_tail(Path(host.config_dir)):
+        for line in quoted_journal(Path(host.config_dir), JOURNAL_LINES_SHOWN):
             self._line(f"    | {line}")
 
     def _recap(self, data: dict[str, Any]) -> None:
@@ -183,13 +184,3 @@ class RunDisplay:
 def _first_line(text: object) -> str:
     lines = str(text).strip().splitlines()
     return lines[0] if lines else ""
-
-
-def _journal_tail(config_dir: Path) -> list[str]:
-    """The last journal lines a failed config's status.json quotes (none when it is unreadable)."""
-    try:
-        status = json.loads((config_dir / "status.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
-    tail: list[str] = status.get("journal_tail") or []
-    return tail[-JOURNAL_LINES_SHOWN:]

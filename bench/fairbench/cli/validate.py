@@ -6,7 +6,8 @@ import argparse
 import shlex
 import sys
 
-from fairbench.campaign.load import Campaign, CampaignError, load_campaign
+from fairbench.campaign.load import load_campaign
+from fairbench.campaign.model import Campaign, CampaignError
 from fairbench.campaign.sglang_parser import SGLangParserError, check_campaign
 
 
