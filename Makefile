@@ -19,8 +19,8 @@ test: $(STAMP)
 	$(BIN)/pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check bench tests library
-	$(BIN)/ruff format --check bench tests library
+	$(BIN)/ruff check bench tests plugins roles
+	$(BIN)/ruff format --check bench tests plugins roles
 	$(BIN)/mypy
 	$(BIN)/yamllint .
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/ansible-lint
@@ -30,7 +30,8 @@ lint: $(STAMP)
 # (tests/support/lab_counts.py).
 lab-test: $(STAMP)
 	$(BIN)/pytest -m lab --junitxml=build/lab-test.xml \
-		tests/lab/test_provision_lab.py tests/lab/test_lab_hosts.py tests/lab/test_campaign_lab.py
+		tests/lab/test_provision_lab.py tests/lab/test_lab_hosts.py tests/lab/test_campaign_lab.py \
+		tests/lab/test_collection_lab.py
 
 # Real SGLang provisioned onto a lab host and run as campaign units; needs a fresh lab (make lab-down lab-up).
 lab-sglang-test: $(STAMP)

@@ -1,7 +1,7 @@
 """Fixtures shared by tests/unit and tests/integration.
 
 ``sse_server`` starts the SGLang-compatible streaming test server
-(``tests/support/sse_server.py``) with the knobs a test names::
+(``tests/support/sse_server/``) with the knobs a test names::
 
     def test_ttft(sse_server):
         server = sse_server(first_token_ms=100, chunk_gap_ms=20)      # in a thread

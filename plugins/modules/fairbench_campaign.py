@@ -3,19 +3,6 @@
 
 from __future__ import annotations
 
-import os
-
-from ansible.module_utils.basic import AnsibleModule
-
-try:
-    from fairbench.campaign.load import CampaignError, load_campaign
-except ImportError as exc:
-    FAIRBENCH_IMPORT_ERROR = (
-        f"fairbench is not importable: use the Python of the venv running ansible-playbook: {exc}"
-    )
-else:
-    FAIRBENCH_IMPORT_ERROR = ""
-
 DOCUMENTATION = r"""
 module: fairbench_campaign
 short_description: Load, check and expand a fairbench campaign file
@@ -33,13 +20,20 @@ options:
     description: The directory a relative C(path) is relative to (the user's, where ansible-playbook ran).
     type: path
     default: the module's working directory
+  run_id:
+    description:
+      - The run's id, checked (letters, digits, C(_ . -), starting with a letter or digit); absent, a new run
+        named by the start time, UTC. Returned as C(run_id).
+    type: str
 """
 
 EXAMPLES = r"""
 - name: Load the campaign
-  fairbench_campaign:
+  fairbench.fairbench.fairbench_campaign:
     path: "{{ campaign }}"
     base_dir: "{{ '.' | ansible.builtin.realpath }}"
+    run_id: "{{ run_id | default(omit) }}"
+  register: loaded
 """
 
 RETURN = r"""
@@ -47,20 +41,44 @@ ansible_facts:
   description: C(fairbench_campaign), the expanded campaign (configs with unit, argv, env; workload).
   returned: success
   type: dict
+run_id:
+  description: The run's id, as given or new.
+  returned: success
+  type: str
 errors:
   description: Every broken rule, one per item.
   returned: failure
   type: list
 """
 
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_import import (
+    ON_CONTROL_NODE,
+    FairbenchImport,
+)
+
+with FairbenchImport(ON_CONTROL_NODE) as FAIRBENCH_IMPORT:
+    from fairbench.campaign.load import load_campaign
+    from fairbench.campaign.model import CampaignError
+    from fairbench.measure.results import new_run_id, run_id_problem
+
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={"path": {"type": "str", "required": True}, "base_dir": {"type": "path"}},
+        argument_spec={
+            "path": {"type": "str", "required": True},
+            "base_dir": {"type": "path"},
+            "run_id": {"type": "str"},
+        },
         supports_check_mode=True,
     )
-    if FAIRBENCH_IMPORT_ERROR:
-        module.fail_json(msg=FAIRBENCH_IMPORT_ERROR)
+    FAIRBENCH_IMPORT.check(module)
+    run_id = module.params["run_id"]
+    problem = run_id_problem(run_id) if run_id is not None else None
+    if problem:
+        module.fail_json(msg=f"run_id: {problem}")
     if module.params["base_dir"]:
         # A module does not run where ansible-playbook was started; relative names are the user's.
         os.chdir(module.params["base_dir"])
@@ -70,7 +88,9 @@ def main() -> None:
         module.fail_json(msg="\n".join(exc.messages), errors=exc.messages)
     for warning in campaign.warnings:
         module.warn(warning)
-    module.exit_json(changed=False, ansible_facts={"fairbench_campaign": campaign.to_json()})
+    module.exit_json(
+        changed=False, run_id=run_id or new_run_id(), ansible_facts={"fairbench_campaign": campaign.to_json()}
+    )
 
 
 if __name__ == "__main__":

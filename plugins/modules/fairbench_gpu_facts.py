@@ -1,27 +1,17 @@
 #!/usr/bin/python
-"""Ansible module gpu_facts: a host's GPUs, driver, CUDA version and GPU links, from nvidia-smi."""
+"""Ansible module fairbench_gpu_facts: a host's GPUs, driver, CUDA version and GPU links, from nvidia-smi."""
 
 from __future__ import annotations
 
-from ansible.module_utils.basic import AnsibleModule
-
-try:
-    from fairbench.hosts.gpu import GpuFactsError, collect
-except ImportError as exc:
-    FAIRBENCH_IMPORT_ERROR = (
-        f"fairbench is not importable: use fairbench's venv Python (ansible_python_interpreter): {exc}"
-    )
-else:
-    FAIRBENCH_IMPORT_ERROR = ""
-
 DOCUMENTATION = r"""
-module: gpu_facts
+module: fairbench_gpu_facts
 short_description: Gather a host's NVIDIA GPU facts from nvidia-smi
 description:
   - Runs on the GPU host with fairbench's venv as its Python (C(ansible_python_interpreter)).
-  - Runs C(nvidia-smi) (its header: driver and CUDA versions), C(nvidia-smi --query-gpu=... --format=csv)
-    (each GPU) and C(nvidia-smi topo -m) (the link between each GPU pair, CPU and NUMA affinity), and
-    returns them as the fact C(gpu_facts) (fairbench.hosts.gpu.GpuFacts.to_json).
+  - Runs C(nvidia-smi) (its header, for the driver and CUDA versions),
+    C(nvidia-smi --query-gpu=... --format=csv) (each GPU) and C(nvidia-smi topo -m) (the link between each
+    GPU pair, CPU and NUMA affinity), and returns them as the fact C(gpu_facts)
+    (fairbench.hosts.gpu.GpuFacts.to_json).
   - A host without nvidia-smi is no failure; its facts list no GPUs and say why (C(reason)).
   - Fails, naming the command and the line, when nvidia-smi fails or prints what the parsers do not know.
   - Only reads (never changed); runs in check mode too.
@@ -34,7 +24,7 @@ options:
 
 EXAMPLES = r"""
 - name: Gather the GPU facts
-  gpu_facts:
+  fairbench.fairbench.fairbench_gpu_facts:
   vars:
     ansible_python_interpreter: /opt/fairbench/venv/bin/python
 
@@ -48,11 +38,20 @@ ansible_facts:
   description:
     - C(gpu_facts) with C(gpus) (index, name, uuid, pci_bus_id, memory_total_mib, power_limit_w,
       max_sm_clock_mhz, compute_capability, cpu_affinity, numa_affinity of each), C(driver_version),
-      C(cuda_version), C(links) (C("0-1": "NV18"), one per GPU pair), C(interconnect) (nvlink, pcie,
+      C(cuda_version), C(links) (one per GPU pair, e.g. C("0-1") to C("NV18")), C(interconnect) (nvlink, pcie,
       mixed or none), C(reason) (why there are no GPUs; null otherwise) and C(sources) (the commands).
   returned: success
   type: dict
 """
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_import import (
+    ON_GPU_HOST,
+    FairbenchImport,
+)
+
+with FairbenchImport(ON_GPU_HOST) as FAIRBENCH_IMPORT:
+    from fairbench.hosts.gpu import GpuFactsError, collect
 
 
 def main() -> None:
@@ -60,8 +59,7 @@ def main() -> None:
         argument_spec={"nvidia_smi": {"type": "path", "default": "nvidia-smi"}},
         supports_check_mode=True,
     )
-    if FAIRBENCH_IMPORT_ERROR:
-        module.fail_json(msg=FAIRBENCH_IMPORT_ERROR)
+    FAIRBENCH_IMPORT.check(module)
     try:
         facts = collect(module.params["nvidia_smi"])
     except GpuFactsError as exc:

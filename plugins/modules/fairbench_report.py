@@ -3,21 +3,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from ansible.module_utils.basic import AnsibleModule
-
-try:
-    from fairbench.measure.results import ResultsError
-    from fairbench.report.build import write_report
-    from fairbench.report.load import load_run
-except ImportError as exc:
-    FAIRBENCH_IMPORT_ERROR = (
-        f"fairbench is not importable: use the Python of the venv running ansible-playbook: {exc}"
-    )
-else:
-    FAIRBENCH_IMPORT_ERROR = ""
-
 DOCUMENTATION = r"""
 module: fairbench_report
 short_description: Render a fetched fairbench run into report.md, report.html and plots
@@ -36,7 +21,7 @@ options:
 
 EXAMPLES = r"""
 - name: Render the report
-  fairbench_report:
+  fairbench.fairbench.fairbench_report:
     run_dir: results/demo/20250101T000000Z
 """
 
@@ -49,13 +34,25 @@ failed_configs:
   type: list
 """
 
+from pathlib import Path
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_import import (
+    ON_CONTROL_NODE,
+    FairbenchImport,
+)
+
+with FairbenchImport(ON_CONTROL_NODE) as FAIRBENCH_IMPORT:
+    from fairbench.measure.results import ResultsError
+    from fairbench.report.build import write_report
+    from fairbench.report.load import load_run
+
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec={"run_dir": {"type": "path", "required": True}}, supports_check_mode=True
     )
-    if FAIRBENCH_IMPORT_ERROR:
-        module.fail_json(msg=FAIRBENCH_IMPORT_ERROR)
+    FAIRBENCH_IMPORT.check(module)
     run_dir = Path(module.params["run_dir"])
     try:
         run = load_run(run_dir)

@@ -3,25 +3,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from ansible.module_utils.basic import AnsibleModule
-
-try:
-    from fairbench.campaign.load import CampaignError, Workload
-    from fairbench.hosts.ansible_support import sweep, sweep_spec
-    from fairbench.measure.client import ServerUnreachable
-    from fairbench.measure.energy import GpuSelectionError
-    from fairbench.measure.results import ResultsError
-    from fairbench.measure.vocabulary import VocabularyError
-    from fairbench.measure.workload import WorkloadError
-except ImportError as exc:
-    FAIRBENCH_IMPORT_ERROR = (
-        f"fairbench is not importable: use fairbench's venv Python (ansible_python_interpreter): {exc}"
-    )
-else:
-    FAIRBENCH_IMPORT_ERROR = ""
-
 DOCUMENTATION = r"""
 module: fairbench_sweep
 short_description: Run a fairbench concurrency sweep against one server
@@ -63,6 +44,27 @@ options:
         carry no energy fields; an index NVML does not see fails the task.
     type: list
     elements: int
+  identity:
+    description:
+      - What each point line names as its sweep, beside its figures (C(fairbench sweep)'s C(--campaign),
+        C(--run-id), C(--host), C(--config)), so that lines of several runs concatenated still say where
+        each came from.
+      - A field left out is taken from the points already in C(out), the host else the machine's name. A
+        field given another value than those points' fails the task, naming it; nothing is measured.
+    type: dict
+    suboptions:
+      campaign:
+        description: The campaign's name.
+        type: str
+      run_id:
+        description: The campaign run's id.
+        type: str
+      host:
+        description: The host measured, as the inventory names it (C(inventory_hostname)).
+        type: str
+      config:
+        description: The serving config's name.
+        type: str
   remeasure_failed:
     description:
       - Measure again the points of C(out) that completed no request (C(fairbench sweep --resume
@@ -75,7 +77,7 @@ options:
 
 EXAMPLES = r"""
 - name: Sweep
-  fairbench_sweep:
+  fairbench.fairbench.fairbench_sweep:
     url: http://127.0.0.1:30000
     workload: "{{ fairbench_campaign.workload }}"
     out: /var/lib/fairbench/results/demo/run1/tp8
@@ -98,6 +100,23 @@ problems:
   type: list
 """
 
+from pathlib import Path
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_import import (
+    ON_GPU_HOST,
+    FairbenchImport,
+)
+
+with FairbenchImport(ON_GPU_HOST) as FAIRBENCH_IMPORT:
+    from fairbench.campaign.model import CampaignError, Workload
+    from fairbench.hosts.ansible_support import sweep, sweep_spec
+    from fairbench.measure.client import ServerUnreachable
+    from fairbench.measure.energy import GpuSelectionError
+    from fairbench.measure.results import ResultsError, RunIdentity
+    from fairbench.measure.vocabulary import VocabularyError
+    from fairbench.measure.workload import WorkloadError
+
 
 def main() -> None:
     module = AnsibleModule(
@@ -109,18 +128,26 @@ def main() -> None:
             "gpus": {"type": "int"},
             "energy_gpus": {"type": "list", "elements": "int"},
             "remeasure_failed": {"type": "bool", "default": False},
+            "identity": {
+                "type": "dict",
+                "options": {name: {"type": "str"} for name in ("campaign", "run_id", "host", "config")},
+            },
         },
         supports_check_mode=True,
     )
-    if FAIRBENCH_IMPORT_ERROR:
-        module.fail_json(msg=FAIRBENCH_IMPORT_ERROR)
+    FAIRBENCH_IMPORT.check(module)
     params = module.params
     try:
         workload = Workload.from_json(params["workload"], "workload argument")
     except CampaignError as exc:
         module.fail_json(msg="\n".join(exc.messages), errors=exc.messages)
     spec = sweep_spec(
-        workload, params["url"], model=params["model"], gpus=params["gpus"], energy_gpus=params["energy_gpus"]
+        workload,
+        params["url"],
+        model=params["model"],
+        gpus=params["gpus"],
+        energy_gpus=params["energy_gpus"],
+        identity=RunIdentity(**(params["identity"] or {})),
     )
     try:
         outcome = sweep(

@@ -3,19 +3,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from ansible.module_utils.basic import AnsibleModule
-
-try:
-    from fairbench.hosts.ansible_support import background_sweep
-except ImportError as exc:
-    FAIRBENCH_IMPORT_ERROR = (
-        f"fairbench is not importable: use fairbench's venv Python (ansible_python_interpreter): {exc}"
-    )
-else:
-    FAIRBENCH_IMPORT_ERROR = ""
-
 DOCUMENTATION = r"""
 module: fairbench_sweep_status
 short_description: Follow a fairbench_sweep task started with async and poll 0
@@ -43,7 +30,7 @@ options:
 
 EXAMPLES = r"""
 - name: Sweep in the background
-  fairbench_sweep:
+  fairbench.fairbench.fairbench_sweep:
     url: http://127.0.0.1:30000
     workload: "{{ fairbench_campaign.workload }}"
     out: /var/lib/fairbench/results/demo/run1/tp8
@@ -52,7 +39,7 @@ EXAMPLES = r"""
   register: sweep_job
 
 - name: Follow the sweep
-  fairbench_sweep_status:
+  fairbench.fairbench.fairbench_sweep_status:
     jid: "{{ sweep_job.ansible_job_id }}"
     out: /var/lib/fairbench/results/demo/run1/tp8
   register: sweep_status
@@ -73,6 +60,17 @@ out:
   type: str
 """
 
+from pathlib import Path
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_import import (
+    ON_GPU_HOST,
+    FairbenchImport,
+)
+
+with FairbenchImport(ON_GPU_HOST) as FAIRBENCH_IMPORT:
+    from fairbench.hosts.ansible_support import background_sweep
+
 
 def main() -> None:
     module = AnsibleModule(
@@ -83,8 +81,7 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    if FAIRBENCH_IMPORT_ERROR:
-        module.fail_json(msg=FAIRBENCH_IMPORT_ERROR)
+    FAIRBENCH_IMPORT.check(module)
     params = module.params
     status = background_sweep(Path(params["async_dir"]), params["jid"], Path(params["out"]))
     status["out"] = params["out"]

@@ -1,11 +1,11 @@
 """Does a GPU server still work under the serving unit's system-call filter? Checked on a GPU machine.
 
-The unit (templates/sglang.service.j2) restricts system calls (``SystemCallFilter=``, refused calls failing
-with EPERM) and socket address families (``RestrictAddressFamilies=``). The lab hosts have no GPU, so
-this script runs what a GPU server does under the same filter, without systemd: CUDA, a one-rank NCCL
-all-reduce, a CUDA tensor handed to a second process (CUDA IPC over a Unix socket), and a Triton kernel
-compiled cold. Each probe runs unfiltered, then filtered; a probe that only fails filtered names a need
-the unit's filter misses.
+The unit (roles/serving/templates/config_server.service.j2) restricts system calls
+(``SystemCallFilter=``, refused calls failing with EPERM) and socket address families
+(``RestrictAddressFamilies=``). The lab hosts have no GPU, so this script runs what a GPU server does
+under the same filter, without systemd: CUDA, a one-rank NCCL all-reduce, a CUDA tensor handed to a
+second process (CUDA IPC over a Unix socket), and a Triton kernel compiled cold. Each probe runs
+unfiltered, then filtered; a probe that only fails filtered names a need the unit's filter misses.
 
     python tests/gpu/unit_filter.py prepare build/unit-filter   # here: needs systemd-analyze
     python tests/gpu/unit_filter.py check build/unit-filter     # on the GPU machine: needs gcc, torch
@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-TEMPLATE = HERE.parents[1] / "templates" / "sglang.service.j2"
+TEMPLATE = HERE.parents[1] / "roles" / "serving" / "templates" / "config_server.service.j2"
 LIBSECCOMP = "/lib/x86_64-linux-gnu/libseccomp.so.2"
 
 

@@ -1,4 +1,4 @@
-"""The Ansible modules of library/ and the unit template, through ansible-playbook on this machine.
+"""The Ansible modules of plugins/modules/ and the unit template, through ansible-playbook on this machine.
 
 No lab hosts: every play runs on localhost with this interpreter (which imports fairbench), and the sweep
 drives a ``fairbench sim`` started here. The lab tests (tests/lab/test_campaign_lab.py) run the same on
@@ -25,13 +25,20 @@ import pytest
 import yaml
 from tests.support.fake_nvidia_smi import write_fake_nvidia_smi
 from tests.support.sse_server import StartServer
-from tests.support.unit_exposure import UNIT_EXPOSURE, exposure
+from tests.support.unit_exposure import UNIT_EXPOSURE
 
 from fairbench.campaign.load import load_campaign
+from fairbench.hosts.unit_security import exposure
 from fairbench.measure.results import ResultsDir
 
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+
+
+def fqcn(module: str) -> str:
+    """The name playbooks call a module of the fairbench.fairbench collection by."""
+    return f"fairbench.fairbench.{module}"
+
 
 pytestmark = pytest.mark.skipif(
     not ANSIBLE_PLAYBOOK.exists(), reason="ansible-core is not installed beside this Python (make venv)"
@@ -39,9 +46,14 @@ pytestmark = pytest.mark.skipif(
 
 
 def run_play(
-    tmp_path: Path, tasks: list[dict[str, Any]], *args: str, env: dict[str, str] | None = None
+    tmp_path: Path,
+    tasks: list[dict[str, Any]],
+    *args: str,
+    env: dict[str, str] | None = None,
+    python: str = sys.executable,
 ) -> dict[str, Any]:
-    """One play of ``tasks`` on localhost; returns every task's registered result, by task name.
+    """One play of ``tasks`` on localhost, its modules run by ``python``; returns every task's registered
+    result, by task name.
 
     Every task is registered and may fail (``ignore_errors``): a last task writes the results to a file
     (ansible-core has no JSON stdout callback without the ansible.posix collection).
@@ -70,12 +82,11 @@ def run_play(
         **os.environ,
         **(env or {}),
         "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_LIBRARY": str(REPO / "library"),
         "ANSIBLE_LOCALHOST_WARNING": "0",
         "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0",
     }
     argv = [str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local", str(playbook), *args]
-    argv += ["-e", f"ansible_python_interpreter={sys.executable}"]
+    argv += ["-e", f"ansible_python_interpreter={python}"]
     done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=env, timeout=300, check=False)
     if not results_file.exists():
         pytest.fail(f"ansible-playbook failed:\n{done.stdout}\n{done.stderr}")
@@ -86,10 +97,27 @@ def run_play(
 # --- fairbench_campaign ---------------------------------------------------------------------------
 
 
+def test_the_campaign_module_checks_the_run_id_or_names_a_new_run(tmp_path: Path) -> None:
+    def load(name: str, **run_id: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            fqcn("fairbench_campaign"): {"path": str(REPO / "campaigns/demo.yml"), **run_id},
+        }
+
+    results = run_play(tmp_path, [load("Given", run_id="r1.a_b-2"), load("New"), load("Bad", run_id="../x")])
+    assert results["Given"]["run_id"] == "r1.a_b-2"
+    assert re.fullmatch(r"\d{8}T\d{6}Z", results["New"]["run_id"]), results["New"]
+    assert results["Bad"]["failed"]
+    assert (
+        results["Bad"]["msg"]
+        == "run_id: '../x' must be letters, digits, '_', '.' and '-', starting with a letter or digit"
+    )
+
+
 def _load_task(path: str) -> dict[str, Any]:
     return {
         "name": "Load",
-        "fairbench_campaign": {"path": path, "base_dir": "{{ '.' | ansible.builtin.realpath }}"},
+        fqcn("fairbench_campaign"): {"path": path, "base_dir": "{{ '.' | ansible.builtin.realpath }}"},
     }
 
 
@@ -302,7 +330,7 @@ WORKLOAD = {
 
 
 def _sweep_task(url: str, out: Path, name: str = "Sweep") -> dict[str, Any]:
-    return {"name": name, "fairbench_sweep": {"url": url, "workload": WORKLOAD, "out": str(out)}}
+    return {"name": name, fqcn("fairbench_sweep"): {"url": url, "workload": WORKLOAD, "out": str(out)}}
 
 
 def test_sweep_module_check_mode_returns_the_plan_and_writes_nothing(tmp_path: Path, sim_url: str) -> None:
@@ -352,8 +380,8 @@ def test_sweep_module_samples_the_energy_of_the_gpus_it_is_given(tmp_path: Path,
         _sweep_task(sim_url, tmp_path / "ok", "Chosen"),
         _sweep_task(sim_url, tmp_path / "bad", "Missing"),
     ]
-    tasks[0]["fairbench_sweep"]["energy_gpus"] = "0,2"
-    tasks[1]["fairbench_sweep"]["energy_gpus"] = "1,3"
+    tasks[0][fqcn("fairbench_sweep")]["energy_gpus"] = "0,2"
+    tasks[1][fqcn("fairbench_sweep")]["energy_gpus"] = "1,3"
     results = run_play(tmp_path, tasks, env=env)
     assert not results["Chosen"].get("failed"), results["Chosen"]
     points = [json.loads(line) for line in (tmp_path / "ok" / "points.jsonl").read_text().splitlines()]
@@ -369,9 +397,9 @@ def test_sweep_module_measures_failed_points_again_only_when_asked(
     out = tmp_path / "tp8"
     failing, healthy = sse_server(faults=["http_error:status=500"]).url, sse_server().url
     planned = {**_sweep_task(healthy, out, "Planned"), "check_mode": True, "diff": True}
-    planned["fairbench_sweep"]["remeasure_failed"] = True
+    planned[fqcn("fairbench_sweep")]["remeasure_failed"] = True
     remeasured = _sweep_task(healthy, out, "Remeasured")
-    remeasured["fairbench_sweep"]["remeasure_failed"] = True
+    remeasured[fqcn("fairbench_sweep")]["remeasure_failed"] = True
     tasks = [_sweep_task(failing, out, "Failed"), _sweep_task(healthy, out, "Again"), planned, remeasured]
     results = run_play(tmp_path, tasks)
     assert results["Failed"]["failed"] and results["Failed"]["written"] == ["c1-r0", "c4-r0"]
@@ -390,15 +418,34 @@ def test_sweep_module_measures_failed_points_again_only_when_asked(
 
 def test_the_sweep_modules_remeasure_option_is_documented() -> None:
     shown = subprocess.run(
-        [str(ANSIBLE_PLAYBOOK.parent / "ansible-doc"), "-t", "module", "--json", "fairbench_sweep"],
+        [str(ANSIBLE_PLAYBOOK.parent / "ansible-doc"), "-t", "module", "--json", fqcn("fairbench_sweep")],
         capture_output=True,
         text=True,
-        env={**os.environ, "ANSIBLE_LIBRARY": str(REPO / "library")},
+        env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")},
         timeout=120,
         check=True,
     )
-    option = json.loads(shown.stdout)["fairbench_sweep"]["doc"]["options"]["remeasure_failed"]
+    option = json.loads(shown.stdout)[fqcn("fairbench_sweep")]["doc"]["options"]["remeasure_failed"]
     assert (option["type"], option["default"]) == ("bool", False)
+
+
+def test_sweep_module_names_the_sweep_in_each_line_and_plans_no_other_into_it(
+    tmp_path: Path, sim_url: str
+) -> None:
+    # As roles/bench passes it; a re-run as another config is refused by the plan, before any server starts.
+    out = tmp_path / "tp8"
+    identity = {"campaign": "demo", "run_id": "r1", "host": "lab1", "config": "tp8"}
+    first = _sweep_task(sim_url, out, "First")
+    first[fqcn("fairbench_sweep")]["identity"] = identity
+    other = {**_sweep_task(sim_url, out, "Other"), "check_mode": True}
+    other[fqcn("fairbench_sweep")]["identity"] = {**identity, "config": "ep4"}
+    results = run_play(tmp_path, [first, other])
+    assert not results["First"].get("failed"), results["First"]
+    lines = [json.loads(line) for line in (out / "points.jsonl").read_text().splitlines()]
+    assert [{key: line[key] for key in identity} for line in lines] == [identity, identity]
+    assert results["Other"]["failed"] is True
+    assert "cannot resume as another sweep: config 'tp8' -> 'ep4'" in results["Other"]["msg"]
+    assert len((out / "points.jsonl").read_text().splitlines()) == 2
 
 
 def test_sweep_in_the_background_is_followed_to_its_result(tmp_path: Path, sim_url: str) -> None:
@@ -408,7 +455,7 @@ def test_sweep_in_the_background_is_followed_to_its_result(tmp_path: Path, sim_u
     started = {**_sweep_task(sim_url, out, "Start"), "async": 600, "poll": 0}
     follow = {
         "name": "Follow",
-        "fairbench_sweep_status": {
+        fqcn("fairbench_sweep_status"): {
             "jid": "{{ task_0.ansible_job_id }}",
             "out": str(out),
             "async_dir": str(async_dir),
@@ -435,7 +482,7 @@ def test_background_sweep_failure_fails_the_follow_task_with_the_sweeps_message(
     started = {**_sweep_task(url, tmp_path / "down", "Start"), "async": 600, "poll": 0}
     follow = {
         "name": "Follow",
-        "fairbench_sweep_status": {
+        fqcn("fairbench_sweep_status"): {
             "jid": "{{ task_0.ansible_job_id }}",
             "out": str(tmp_path / "down"),
             "async_dir": str(async_dir),
@@ -461,7 +508,7 @@ def test_report_module_renders_the_report_and_names_failed_configs(tmp_path: Pat
         config_dir = run_dir / "lab1" / config
         config_dir.mkdir(parents=True)
         (config_dir / "status.json").write_text(json.dumps(status))
-    task = [{"name": "Report", "fairbench_report": {"run_dir": str(run_dir)}}]
+    task = [{"name": "Report", fqcn("fairbench_report"): {"run_dir": str(run_dir)}}]
     # Configs of the campaign with no results at all count as failed too: never silently missing.
     not_ok = ["lab1/tp8-nccl", "lab1/ep4", "lab1/ep8", "lab1/ep8-eplb"]
     checked = run_play(tmp_path, task, "--check")["Report"]
@@ -494,7 +541,7 @@ def test_gpu_facts_module(tmp_path: Path, fake_nvidia_smi: Path, mode: list[str]
     broken.write_text('#!/usr/bin/env bash\necho "Driver Version: 1  CUDA Version: 2"\n')
     broken.chmod(0o755)
     tasks = [
-        {"name": name, "gpu_facts": {"nvidia_smi": str(path)}}
+        {"name": name, fqcn("fairbench_gpu_facts"): {"nvidia_smi": str(path)}}
         for name, path in (("Facts", fake_nvidia_smi), ("Missing", missing), ("Broken", broken))
     ]
     results = run_play(tmp_path, tasks, *mode)
@@ -538,7 +585,7 @@ def _campaign_file(tmp_path: Path, engine: str) -> Path:
 
 PREFLIGHT_TASK = {
     "name": "Preflight",
-    "ansible.builtin.include_role": {"name": "bench", "tasks_from": "preflight.yml"},
+    "ansible.builtin.include_role": {"name": fqcn("bench"), "tasks_from": "preflight.yml"},
     "vars": {
         "bench_campaign": "{{ fairbench_campaign }}",
         "bench_venv_python": {"stat": {"exists": True}},
@@ -618,8 +665,11 @@ def test_the_campaign_stops_before_deploying_when_a_config_needs_more_gpus_than_
     assert "\n".join(refused) in done.stdout, output
     assert "config tp2 " not in output and "config dp-attention " not in output
     # Stopped there: fairbench's venv step ran, the serving role and every later play did not.
-    assert "TASK [bench : Install fairbench and its dependencies into its venv]" in done.stdout
-    assert "TASK [serving :" not in done.stdout
+    assert (
+        "TASK [fairbench.fairbench.bench : Install fairbench and its dependencies into its venv]"
+        in done.stdout
+    )
+    assert "TASK [fairbench.fairbench.serving :" not in done.stdout
     assert "PLAY [Record the campaign as run]" not in done.stdout
     assert not (tmp_path / "results").exists()
     assert not list(Path("/etc/systemd/system").glob("fairbench-preflight-sglang-*"))
@@ -629,7 +679,7 @@ def test_the_campaign_stops_before_deploying_when_a_config_needs_more_gpus_than_
 
 
 def _systemd_unit_filters() -> Any:
-    path = REPO / "roles/serving/filter_plugins/systemd_unit.py"
+    path = REPO / "plugins/filter/systemd_unit.py"
     spec = importlib.util.spec_from_file_location("systemd_unit", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -657,7 +707,7 @@ def _render_units(tmp_path: Path, campaign: str) -> list[Path]:
     render = {
         "name": "Render",
         "ansible.builtin.template": {
-            "src": str(REPO / "templates/sglang.service.j2"),
+            "src": str(REPO / "roles/serving/templates/config_server.service.j2"),
             "dest": f"{units}/{{{{ serving_config.unit }}}}",
             "mode": "0644",
         },
@@ -671,7 +721,6 @@ def _render_units(tmp_path: Path, campaign: str) -> list[Path]:
         # The role's defaults, and executables that exist here (verify checks ExecStart's).
         "-e", f"@{REPO}/roles/serving/defaults/main.yml",
         "-e", f"serving_fairbench_venv={venv} serving_sglang_python={sys.executable}",
-        env={"ANSIBLE_FILTER_PLUGINS": str(REPO / "roles/serving/filter_plugins")},
     )  # fmt: skip
     assert not results["Render"].get("failed"), results["Render"]
     rendered = sorted(units.iterdir())
@@ -792,7 +841,7 @@ def test_a_line_break_in_any_field_adds_no_directive_to_the_unit(tmp_path: Path)
         {
             "name": "Render",
             "ansible.builtin.template": {
-                "src": str(REPO / "templates/sglang.service.j2"),
+                "src": str(REPO / "roles/serving/templates/config_server.service.j2"),
                 "dest": f"{tmp_path}/units/{{{{ item.key }}}}.service",
                 "mode": "0644",
             },
@@ -815,7 +864,6 @@ def test_a_line_break_in_any_field_adds_no_directive_to_the_unit(tmp_path: Path)
         tmp_path,
         tasks,
         "-e", f"@{tmp_path}/cases.json",
-        env={"ANSIBLE_FILTER_PLUGINS": str(REPO / "roles/serving/filter_plugins")},
     )  # fmt: skip
     assert not results["Render"].get("failed"), results["Render"]
     units = {path.stem: path for path in (tmp_path / "units").iterdir()}
@@ -832,3 +880,123 @@ def test_a_line_break_in_any_field_adds_no_directive_to_the_unit(tmp_path: Path)
     assert len(expected) > 30
     for name, path in units.items():
         assert _unit_directives(path.read_text()) == expected, name
+
+
+# --- the collection's modules as a whole ------------------------------------------------------------
+
+MODULE_ARGS = {
+    "fairbench_campaign": {"path": "campaign.yml"},
+    "fairbench_gpu_facts": {},
+    "fairbench_report": {"run_dir": "/nonexistent"},
+    "fairbench_server": {"url": "http://127.0.0.1:9", "unit": "none.service"},
+    "fairbench_status": {"dir": "/nonexistent", "host": "h", "config": "c", "unit": "u", "run_id": "r"},
+    "fairbench_sweep": {"url": "http://127.0.0.1:9", "workload": {}, "out": "/nonexistent"},
+    "fairbench_sweep_status": {"jid": "1", "out": "/nonexistent"},
+}
+"""Arguments each module accepts, so that it gets as far as its fairbench imports."""
+CONTROL_NODE_MODULES = {"fairbench_campaign", "fairbench_report", "fairbench_status"}
+
+
+def test_every_module_of_the_collection_is_tested_here() -> None:
+    assert {path.stem for path in (REPO / "plugins/modules").glob("*.py")} == set(MODULE_ARGS)
+
+
+@pytest.mark.skipif(not Path("/usr/bin/python3").exists(), reason="no /usr/bin/python3")
+def test_a_python_without_fairbench_fails_each_module_naming_where_fairbench_belongs(tmp_path: Path) -> None:
+    bare = subprocess.run(["/usr/bin/python3", "-c", "import fairbench"], capture_output=True, check=False)
+    assert bare.returncode != 0, "/usr/bin/python3 imports fairbench: the test needs a Python without it"
+    tasks = [{"name": name, fqcn(name): args} for name, args in MODULE_ARGS.items()]
+    results = run_play(tmp_path, tasks, python="/usr/bin/python3")
+    for name in MODULE_ARGS:
+        result = results[name]
+        assert result["failed"], (name, result)
+        assert "Failed to import the required Python library (fairbench)" in result["msg"], result
+        where = "the venv running ansible-playbook" if name in CONTROL_NODE_MODULES else "fairbench's venv"
+        assert f"fairbench belongs in {where}" in result["msg"], result
+        assert "No module named 'fairbench'" in result["msg"], result
+
+
+def test_ansible_doc_documents_every_module() -> None:
+    names = [fqcn(name) for name in MODULE_ARGS]
+    shown = subprocess.run(
+        [str(ANSIBLE_PLAYBOOK.parent / "ansible-doc"), "-t", "module", "--json", *names],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")},
+        timeout=120,
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr
+    docs = json.loads(shown.stdout)
+    for name in names:
+        doc = docs[name]["doc"]
+        assert doc["module"] == name.rsplit(".", 1)[1] and doc["short_description"], doc
+        assert docs[name]["examples"] and docs[name]["return"], name
+
+
+# --- fairbench_status ---------------------------------------------------------------------------------
+
+JOURNAL = [
+    "Dec 01 10:00:00 lab1 python[7]: loading the model",
+    "Dec 01 10:00:01 lab1 python[7]: Traceback (most recent call last):",
+    'Dec 01 10:00:01 lab1 python[7]:   File "/opt/sglang/x.py", line 3, in <module>',
+    "Dec 01 10:00:01 lab1 python[7]: RuntimeError: CUDA out of memory",
+    "Dec 01 10:00:02 lab1 systemd[1]: fairbench-x.service: Main process exited, status=1/FAILURE",
+]
+
+
+def _status_task(
+    name: str, config_dir: Path, failure: dict[str, str] | None, *, check_mode: bool = False, **more: int
+) -> dict[str, Any]:
+    args = {"dir": str(config_dir), "host": "lab1", "config": "tp8", "unit": "fairbench-x-tp8.service"}
+    args |= {"run_id": "r1", "failure": failure, **more}
+    return {"name": name, fqcn("fairbench_status"): args, "check_mode": check_mode}
+
+
+def test_status_of_a_config_that_ran_is_written_once(tmp_path: Path) -> None:
+    config_dir = tmp_path / "run" / "lab1" / "tp8"
+    tasks = [
+        _status_task("Checked", config_dir, None, check_mode=True),
+        _status_task("Written", config_dir, None),
+        _status_task("Again", config_dir, None),
+    ]
+    results = run_play(tmp_path, tasks)
+    expected = {
+        "status": "ok",
+        "stage": None,
+        "reason": None,
+        "journal_tail": [],
+        "host": "lab1",
+        "config": "tp8",
+        "unit": "fairbench-x-tp8.service",
+        "run_id": "r1",
+    }
+    assert results["Checked"]["changed"] and results["Checked"]["status"] == expected
+    assert json.loads((config_dir / "status.json").read_text()) == expected
+    assert results["Written"]["changed"] and not results["Again"]["changed"]
+
+
+def test_status_of_a_failed_config_quotes_its_journal_from_the_traceback_on(tmp_path: Path) -> None:
+    health = tmp_path / "health"
+    health.mkdir()
+    (health / "journal.log").write_text("\n".join(JOURNAL) + "\n")
+    deploy = tmp_path / "deploy"
+    deploy.mkdir()
+    # An earlier run's journal: a config whose deploy failed ran no server, and quotes none.
+    (deploy / "journal.log").write_text("\n".join(JOURNAL) + "\n")
+    failure = {"stage": "health", "reason": "the unit exited"}
+    tasks = [
+        _status_task("Health", health, failure),
+        _status_task("Short", health, failure, check_mode=True, journal_lines=2),
+        _status_task("Deploy", deploy, {"stage": "deploy", "reason": "pip failed"}),
+        _status_task("Unknown stage", tmp_path / "bad", {"stage": "lunch", "reason": "x"}),
+    ]
+    results = run_play(tmp_path, tasks)
+    written = json.loads((health / "status.json").read_text())
+    assert (written["status"], written["stage"], written["reason"]) == ("failed", "health", "the unit exited")
+    assert written["journal_tail"] == JOURNAL[1:4]
+    short = results["Short"]["status"]["journal_tail"]
+    assert len(short) == 2 and short[-1] == JOURNAL[3], short
+    assert json.loads((deploy / "status.json").read_text())["journal_tail"] == []
+    assert results["Unknown stage"]["failed"] and "lunch" in results["Unknown stage"]["msg"]
+    assert not (tmp_path / "bad").exists()

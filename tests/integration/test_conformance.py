@@ -7,7 +7,7 @@ tokens into events depends on timing, see ``collapse``), the finish reason, the 
 prompt tokens. The comparison then requires the simulator's structure to equal SGLang's in every case,
 except for the differences listed in ``SIM_DIFFERENCES``, each with the reason it stays; a listed
 difference that no longer shows up fails the suite too, so the list stays true. docs/sim-conformance.md
-documents the same table. ``tests/support/sse_server.py`` is held to the streaming and health cases it
+documents the same table. ``tests/support/sse_server/`` is held to the streaming and health cases it
 serves the same way (``SSE_DIFFERENCES``).
 
 Real SGLang is the session's shared server (``real_sglang``: campaigns/lab-sglang.yml's baseline flags on
@@ -218,7 +218,7 @@ class Case:
     """The status SGLang answers with: checked on every target."""
     run: Callable[[aiohttp.ClientSession, str], Awaitable[Structure]]
     sse: bool = False
-    """tests/support/sse_server.py serves this case too."""
+    """tests/support/sse_server/ serves this case too."""
 
 
 JSON = {"content-type": "application/json"}

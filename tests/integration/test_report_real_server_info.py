@@ -29,7 +29,7 @@ import yaml
 from tests.support.results_tree import REPO, Deviation, build_run, campaign_from, fairbench_report
 from tests.support.tiny_model import build as build_tiny_model
 
-from fairbench.campaign.load import Campaign
+from fairbench.campaign.model import Campaign
 from fairbench.report.differences import PairDifferences, config_differences, flatten
 from fairbench.report.load import load_run
 

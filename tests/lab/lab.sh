@@ -27,9 +27,10 @@ set -euo pipefail
 shopt -s nullglob
 
 readonly RELEASE=bookworm
-# What every lab host has. Beyond the brief (systemd, dbus, sshd, python3 + venv) these are what Ansible's
-# builtin modules expect on a target: python3-apt (apt, apt_repository), python3-pip/setuptools (pip),
-# acl (become_user to an unprivileged user), sudo (become); plus procps, iproute2 and curl for debugging.
+# What every lab host has. Beyond what boots it and lets Ansible reach it (systemd, dbus, sshd, python3 +
+# venv) these are what Ansible's builtin modules expect on a target: python3-apt (apt, apt_repository),
+# python3-pip/setuptools (pip), acl (become_user to an unprivileged user), sudo (become); plus procps,
+# iproute2 and curl for debugging.
 readonly PACKAGES=(
     systemd systemd-sysv dbus openssh-server sudo ca-certificates
     python3 python3-venv python3-apt python3-pip python3-setuptools
@@ -249,9 +250,9 @@ EOF
 # <its own cgroup>/payload; started from the same cgroup, every host's systemd would manage the same
 # directories: lab1's x.service and lab2's x.service would be one cgroup, whose accounting mixes both hosts,
 # which outlives a stop in one of them, and which a cgroup-wide kill (`systemctl stop` escalating to SIGKILL
-# through cgroup.kill) empties in both. (DESIGN.md saw stops in one host kill the other's services; with
-# systemd 252 on kernel 6.18 the PID namespace hid the other host's processes, but the cgroup was shared all
-# the same, which tests/lab/test_lab_hosts.py checks.)
+# through cgroup.kill) empties in both. (Sharing one, a stop in one host is known to kill the other's
+# services; with systemd 252 on kernel 6.18 the PID namespace hid the other host's processes, but the cgroup
+# was shared all the same, which tests/lab/test_lab_hosts.py checks.)
 cgroup_roots() {
     if [[ $(stat -fc %T /sys/fs/cgroup) == cgroup2fs ]]; then
         echo /sys/fs/cgroup

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 from tests.support.lab_hosts import INVENTORY, ansible_env, answering_lab_hosts, tool
+from tests.support.unit_exposure import UNIT_EXPOSURE
 
 from fairbench.campaign.load import load_campaign
 
@@ -308,3 +309,12 @@ def test_a_failed_deploy_fails_every_config_of_the_host_at_deploy_and_the_report
             ), status
             assert not (run_dir / host / config.name / "points.jsonl").exists()
             assert f"**{config.name}@{host}**: failed at stage `deploy`: {status['reason']}" in report
+
+
+def test_host_json_records_how_exposed_each_configs_unit_is(campaign_run: CampaignRun) -> None:
+    for host in campaign_run.hosts:
+        for config in GOOD_CONFIGS:
+            config_dir = campaign_run.config_dir(host, config)
+            security = json.loads((config_dir / "host.json").read_text())["unit_security"]
+            assert security["rating"], security
+            assert 0.0 <= security["exposure"] <= UNIT_EXPOSURE, f"{host}/{config}: {security}"

@@ -180,7 +180,10 @@ def test_a_host_without_a_gpu_is_skipped_by_default(hosts: list[str], extra_vars
     assert f"provision: {host} has no NVIDIA GPU: CUDA is not installed here." in flat
     assert f"sglang: {host} has no NVIDIA GPU: SGLang is not installed here (sglang_on_cpu)." in flat
     # The sglang role ends at its GPU check: none of its installing tasks runs.
-    assert "TASK [cuda :" not in run.output and "TASK [sglang : Create the servers' user]" not in run.output
+    assert (
+        "TASK [fairbench.fairbench.cuda :" not in run.output
+        and "TASK [fairbench.fairbench.sglang : Create the servers' user]" not in run.output
+    )
 
 
 @pytest.fixture(scope="module")

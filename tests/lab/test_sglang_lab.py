@@ -24,7 +24,9 @@ from typing import Any
 import pytest
 import yaml
 from tests.support.lab_hosts import INVENTORY, ansible_env, answering_lab_hosts, tool
-from tests.support.unit_exposure import UNIT_EXPOSURE, exposure
+from tests.support.unit_exposure import UNIT_EXPOSURE
+
+from fairbench.hosts.unit_security import exposure
 
 pytestmark = pytest.mark.lab
 

@@ -1,6 +1,6 @@
 """What the client costs: `fairbench sweep` streaming from a server on loopback.
 
-The test server (tests/support/sse_server.py) runs pinned to one core, the client to
+The test server (tests/support/sse_server/) runs pinned to one core, the client to
 the other. Two settings, 1000 requests x 256 output tokens, 128 input tokens, C=256:
   realistic  100 ms to the first token, 20 ms between tokens, each token its own read
   saturated  no delays

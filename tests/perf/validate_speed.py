@@ -24,7 +24,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from fairbench.campaign.load import MAX_CAMPAIGN_BYTES, MAX_CAMPAIGN_NODES, MAX_EXPANDED_VALUES
+from fairbench.campaign.expand import MAX_EXPANDED_VALUES
+from fairbench.campaign.source import MAX_CAMPAIGN_BYTES, MAX_CAMPAIGN_NODES
 
 REPO = Path(__file__).resolve().parents[2]
 

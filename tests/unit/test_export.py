@@ -133,3 +133,24 @@ def test_a_directory_that_is_no_run_is_one_error(tmp_path: Path, capsys: pytest.
     assert err == f"fairbench export: error: {tmp_path / 'campaign.json'}: missing: is {tmp_path} a run " + (
         "(results/<campaign>/<run_id>)?\n"
     )
+
+
+def test_parquet_holds_the_same_table_with_its_types(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parquet = pytest.importorskip("pyarrow.parquet")
+    energy = point(4, gpu_energy_per_gpu_j={"0": 12.5})
+    run = write_run(tmp_path, {("lab1", "tp8"): lines(point(1), energy), ("lab2", "tp8"): lines(point(1))})
+    code, out, _ = export(capsys, run, "--csv", "--parquet")
+    assert code == 0 and out.splitlines() == [str(run / "points.csv"), str(run / "points.parquet")]
+    table = parquet.read_table(run / "points.parquet")
+    rows = read_csv(run / "points.csv")
+    assert table.column_names == list(rows[0]) and table.num_rows == len(rows) == 3
+    columns = table.to_pydict()
+    assert columns["host"] == ["lab1", "lab1", "lab2"] and columns["point_id"] == ["c1-r0", "c4-r0", "c1-r0"]
+    # Numbers stay numbers; a nested object is its JSON text, absent where a point has none.
+    assert (
+        columns["completed"] == [16, 16, 16]
+        and columns["output_throughput"][1] == energy["output_throughput"]
+    )
+    assert columns["gpu_energy_per_gpu_j"] == [None, json.dumps({"0": 12.5}), None]

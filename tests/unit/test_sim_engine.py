@@ -184,7 +184,8 @@ def test_time_scale_stretches_every_duration_and_output_waiters_fire_on_the_next
     )
 
 
-# The published campaign (DESIGN.md): (layout flags, C=1 tok/s, peak tok/s); EPLB's C=1 was not published.
+# The measurements the kimi-k2.6-8xpro6000 profile is calibrated to (its header, and those of
+# campaigns/kimi-k2.6-pcie.yml): (layout flags, C=1 tok/s, peak tok/s); EPLB's C=1 was not measured.
 PUBLISHED = [
     ([], 98.0, 1291.0),
     (["--ep-size", "4"], 69.0, 1531.0),

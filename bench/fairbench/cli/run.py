@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shlex
 import signal
 import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +28,8 @@ from fairbench.cli import run_dir, run_extra_vars, run_options
 from fairbench.cli.main import UsageError
 from fairbench.cli.run_display import RunDisplay
 from fairbench.cli.run_prompts import ask_secrets
+from fairbench.measure.results import new_run_id, run_id_problem
 
-RUN_ID_PATTERN = "^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 RESERVED_VARS = {"campaign": "the CAMPAIGN argument", "run_id": "--run-id"}
 """Extra variables ``fairbench run`` sets itself, each from its own argument."""
 SITE_PLAYBOOK = Path("playbooks") / "site.yml"
@@ -238,12 +236,11 @@ def _inventories(given: list[str]) -> list[str]:
 
 def _run_id(given: str | None) -> str:
     if given is None:
-        return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    # Checked here too, not only by campaign.yml: site.yml provisions every host before that check.
-    if not re.fullmatch(RUN_ID_PATTERN, given):
-        raise UsageError(
-            f"--run-id: {given!r} must be letters, digits, '_', '.' and '-', starting with a letter or digit"
-        )
+        return new_run_id()
+    # Checked here too, not only by the campaign playbook: site.yml provisions every host before that.
+    problem = run_id_problem(given)
+    if problem:
+        raise UsageError(f"--run-id: {problem}")
     return given
 
 

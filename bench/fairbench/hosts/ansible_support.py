@@ -273,6 +273,3 @@ def host_facts(unit: str | None = None) -> dict[str, Any]:
         "gpu": gpu,
         "unit_security": unit_security(unit) if unit else None,
     }
-
-
-# --- the run, on the control node -----------------------------------------------------------------

@@ -17,9 +17,11 @@ import fcntl
 import gzip
 import json
 import os
+import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -36,6 +38,23 @@ CAMPAIGN_FILE = "campaign.json"
 SUPERSEDES = "supersedes"
 """The key of a point measured again: ``{"line": N, "requests": PATH}``, the line of points.jsonl it
 replaces and where that point's request records were moved."""
+
+
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+"""A run's id names its directory (results/<campaign>/<run_id>/) and is recorded in every point line."""
+RUN_ID_RULE = "must be letters, digits, '_', '.' and '-', starting with a letter or digit"
+RUN_ID_TIME = "%Y%m%dT%H%M%SZ"
+"""A run given no id is named by its start time, UTC: runs of a campaign sort by when they began."""
+
+
+def run_id_problem(given: str) -> str | None:
+    """Why ``given`` cannot be a run's id, or None when it can."""
+    return None if RUN_ID.fullmatch(given) else f"{given!r} {RUN_ID_RULE}"
+
+
+def new_run_id() -> str:
+    """The id of a run that starts now and was given none."""
+    return datetime.now(UTC).strftime(RUN_ID_TIME)
 
 
 class ResultsError(ValueError):

@@ -1,0 +1,132 @@
+#!/usr/bin/python
+"""Ansible module fairbench_status: write a config's status.json, how it ended in a campaign run."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: fairbench_status
+short_description: Write status.json for one config of a fairbench campaign run
+description:
+  - Runs on the control node with a Python that imports fairbench (the venv running ansible-playbook).
+  - Writes C(dir)/status.json (fairbench.measure.status), the one place a config's outcome is recorded;
+    the report and C(fairbench run) read it.
+  - For a failed config it quotes the lines of C(dir)/journal.log that say why (its last traceback where
+    it has one).
+  - Changed when the file's content changes; in check mode nothing is written.
+options:
+  dir:
+    description: The config's directory of the run on the control node.
+    type: path
+    required: true
+  host:
+    description: The host the config ran on (inventory_hostname).
+    type: str
+    required: true
+  config:
+    description: The config's name.
+    type: str
+    required: true
+  unit:
+    description: The config's systemd unit.
+    type: str
+    required: true
+  run_id:
+    description: The run's id.
+    type: str
+    required: true
+  failure:
+    description: Where and why the config failed; absent or null when it did not.
+    type: dict
+    suboptions:
+      stage:
+        description: The stage that failed, one of fairbench.measure.status.STAGES (deploy, start, ...).
+        type: str
+        required: true
+      reason:
+        description: Why, in a sentence.
+        type: str
+        required: true
+  journal_lines:
+    description:
+      - At most this many journal lines are quoted; absent, as many as the report quotes from a journal
+        itself (fairbench.measure.status.JOURNAL_EXCERPT_LINES).
+    type: int
+"""
+
+EXAMPLES = r"""
+- name: Save status.json
+  fairbench.fairbench.fairbench_status:
+    dir: results/demo/run1/gpu1/tp8
+    host: gpu1
+    config: tp8
+    unit: fairbench-demo-tp8.service
+    run_id: run1
+    failure: {stage: health, reason: "the unit exited (status 1)"}
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+status:
+  description: The content of status.json.
+  type: dict
+  returned: always
+"""
+
+from pathlib import Path
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_import import (
+    ON_CONTROL_NODE,
+    FairbenchImport,
+)
+
+with FairbenchImport(ON_CONTROL_NODE) as FAIRBENCH_IMPORT:
+    from fairbench.measure.status import (
+        JOURNAL_EXCERPT_LINES,
+        STAGES,
+        ConfigStatus,
+        Failure,
+        journal_tail,
+        write_status,
+    )
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "dir": {"type": "path", "required": True},
+            "host": {"type": "str", "required": True},
+            "config": {"type": "str", "required": True},
+            "unit": {"type": "str", "required": True},
+            "run_id": {"type": "str", "required": True},
+            "failure": {
+                "type": "dict",
+                "options": {
+                    "stage": {"type": "str", "required": True},
+                    "reason": {"type": "str", "required": True},
+                },
+            },
+            "journal_lines": {"type": "int"},
+        },
+        supports_check_mode=True,
+    )
+    FAIRBENCH_IMPORT.check(module)
+    params = module.params
+    config_dir = Path(params["dir"])
+    failure = Failure.from_json(params["failure"]) if params["failure"] else None
+    if failure and failure.stage not in STAGES:
+        module.fail_json(msg=f"failure.stage: {failure.stage!r} is none of {', '.join(STAGES)}")
+    status = ConfigStatus(
+        host=params["host"],
+        config=params["config"],
+        unit=params["unit"],
+        run_id=params["run_id"],
+        failure=failure,
+        journal_tail=journal_tail(config_dir, failure, params["journal_lines"] or JOURNAL_EXCERPT_LINES),
+    )
+    changed = write_status(config_dir, status, check=module.check_mode)
+    module.exit_json(changed=changed, status=status.to_json())
+
+
+if __name__ == "__main__":
+    main()
