@@ -110,12 +110,12 @@ RULES = [
     pytest.param(
         changed(("colour", "blue")),
         "colour: unknown key; expected one of name, engine, model, configs, workload, common, "
-        "start_timeout_s",
+        "start_timeout_s, placement, accept_host_differences",
         id="unknown-top-key",
     ),
     pytest.param(
         changed(("configs.tp8.argz", {})),
-        "configs.tp8.argz: unknown key; expected one of extends, args, env, sim, unset "
+        "configs.tp8.argz: unknown key; expected one of extends, args, env, sim, unset, nodes, hosts "
         "(did you mean 'args'?)",
         id="unknown-config-key",
     ),
@@ -757,14 +757,15 @@ def test_to_json_is_plain_data_with_every_config() -> None:
     data = parse(document).to_json()
     assert json.loads(json.dumps(data)) == data
     assert list(data) == [
-        "name", "source", "engine", "model", "start_timeout_s", "common", "configs", "workload", "warnings",
+        "name", "source", "engine", "model", "start_timeout_s", "placement", "accept_host_differences",
+        "common", "configs", "workload", "warnings",
     ]  # fmt: skip
     assert list(data["configs"]) == ["tp8", "tp8-nccl", "ep4", "ep8-eplb"]
     assert data["common"]["args"]["cuda-graph-bs-decode"] == [1, 2]
     nccl = data["configs"]["tp8-nccl"]
     assert list(nccl) == [
         "name", "unit", "extends", "argv", "sglang_argv", "env", "args", "sim", "declared", "unset", "gpus",
-        "gpus_formula",
+        "gpus_formula", "nodes", "gpus_per_node", "hosts",
     ]  # fmt: skip
     assert (nccl["gpus"], nccl["gpus_formula"]) == (8, "tp-size 8")
     assert nccl["declared"] == {

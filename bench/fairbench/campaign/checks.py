@@ -52,6 +52,10 @@ class Fields:
         self._path = path
         self._entries = entries
 
+    def __contains__(self, key: str) -> bool:
+        """Whether the mapping has the key (its value may be null)."""
+        return key in self._entries
+
     def get(self, key: str, check: Callable[[Findings, str, object], T], default: T) -> T:
         """``check`` applied to the key's value; ``default`` when the key is absent."""
         if key not in self._entries:

@@ -5,6 +5,8 @@ level first removes the keys it ``unset``s (each must be set by what it inherits
 same config), then sets its own. A chain that names an unknown config or runs in a cycle is reported, and
 the configs on or behind it are left out. The expanded settings are rendered into each config's argv, its
 unit's name and the GPUs its server needs; what a config declares is what differs from ``common``.
+A config's ``nodes`` and ``hosts`` are its own where it sets them, else its parent's, else the defaults
+(``fairbench.campaign.fleet``); its GPUs are shared evenly by its ``nodes`` hosts (``gpus_per_node``).
 
 Once the expanded configs hold more than ``MAX_EXPANDED_VALUES`` flag values and variables in all, the file
 is refused as no campaign: a few lines of ``extends`` must not take seconds and gigabytes.
@@ -16,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
 from fairbench.campaign.findings import Findings
+from fairbench.campaign.fleet import Scheduling
 from fairbench.campaign.model import (
     UNIT_NAME_MAX,
     ServingConfig,
@@ -46,8 +49,17 @@ def expand(
     """The configs whose ``extends`` chains hold, expanded, in the file's order."""
     chains = _extends_chains(findings, layers)
     effective = _effective_settings(findings, common, layers, chains)
+    scheduling = _scheduling(layers, chains)
     configs = {
-        name: _serving_config(campaign, engine, model, common=common, chain=chains[name], settings=settings)
+        name: _serving_config(
+            campaign,
+            engine,
+            model,
+            common=common,
+            chain=chains[name],
+            settings=settings,
+            scheduling=scheduling[name],
+        )
         for name, settings in effective.items()
     }
     for name, config in configs.items():
@@ -147,6 +159,21 @@ def _effective_settings(
     return {name: effective[name] for name in chains}
 
 
+def _scheduling(layers: Mapping[str, Layer], chains: Mapping[str, tuple[str, ...]]) -> dict[str, Scheduling]:
+    """Each config's ``nodes`` and ``hosts``: its own where it sets them, else its parent's, else the
+    defaults; like the settings, each config's worked out once."""
+    scheduling: dict[str, Scheduling] = {}
+    for chain in chains.values():
+        done = len(chain)
+        while done and chain[done - 1] not in scheduling:
+            done -= 1
+        for name in chain[done:]:
+            parent = layers[name].extends
+            inherited = Scheduling() if parent is None else scheduling[parent]
+            scheduling[name] = layers[name].scheduling.over(inherited)
+    return scheduling
+
+
 def _value_count(settings: Settings) -> int:
     """The words a config's flags and variables take on its command line and in its environment."""
     flags = [*settings.args.values(), *settings.sim.values()]
@@ -162,7 +189,14 @@ def _differences(common: Mapping[str, V], effective: Mapping[str, V]) -> dict[st
 
 
 def _serving_config(
-    campaign: str, engine: str, model: str, *, common: Settings, chain: Sequence[str], settings: Settings
+    campaign: str,
+    engine: str,
+    model: str,
+    *,
+    common: Settings,
+    chain: Sequence[str],
+    settings: Settings,
+    scheduling: Scheduling,
 ) -> ServingConfig:
     name = chain[-1]
     sglang_argv = ("--model-path", model, *render_flags(settings.args))
@@ -189,4 +223,8 @@ def _serving_config(
         argv=(*sglang_argv, *sim_argv),
         gpus=gpus,
         gpus_formula=gpus_formula,
+        nodes=scheduling.nodes,
+        # Where nodes does not divide gpus, the rules refuse the campaign: the floor only stands in.
+        gpus_per_node=gpus // scheduling.nodes,
+        hosts=scheduling.hosts,
     )

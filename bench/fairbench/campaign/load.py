@@ -11,8 +11,8 @@ with the file name, then the key path, then the rule::
     campaigns/x.yml: configs.ep4.args.ep-size: 3 does not divide tp-size 8
 
 The checks, in the order a file meets them: its path, size and YAML (``source``), the structure of every
-key (``structure``, ``sglang_flags``, ``workload``), the configs' expansion (``expand``), then the rules
-across keys (``rules``). A campaign's warnings are kept in ``Campaign.warnings``. A file beyond
+key (``structure``, ``sglang_flags``, ``workload``, ``fleet``), the configs' expansion (``expand``), then
+the rules across keys (``rules``). A campaign's warnings are kept in ``Campaign.warnings``. A file beyond
 ``MAX_CAMPAIGN_BYTES``, ``MAX_CAMPAIGN_NODES`` (aliases expanded) or ``MAX_EXPANDED_VALUES`` is refused as no
 campaign: any input is judged within a second.
 """
@@ -24,7 +24,16 @@ from pathlib import Path
 from fairbench.campaign.checks import bounded, choice, mapping, unit_name_part, unit_string
 from fairbench.campaign.expand import expand
 from fairbench.campaign.findings import Findings
-from fairbench.campaign.model import ENGINES, TOP_KEYS, TOP_REQUIRED, Campaign, Settings
+from fairbench.campaign.fleet import host_fact_names
+from fairbench.campaign.model import (
+    DEFAULT_PLACEMENT,
+    ENGINES,
+    PLACEMENTS,
+    TOP_KEYS,
+    TOP_REQUIRED,
+    Campaign,
+    Settings,
+)
 from fairbench.campaign.rules import (
     report_problems,
     warn_concurrency_above_capacity,
@@ -67,8 +76,11 @@ def _campaign(findings: Findings, document: object, base_dir: Path) -> Campaign:
     layers: dict[str, Layer] = top.get("configs", config_layers, {})
     workload = top.get("workload", lambda f, p, v: check_workload(f, p, v, base_dir), STAND_IN_WORKLOAD)
     start_timeout_s = top.get("start_timeout_s", bounded(START_TIMEOUT_S), None)
+    placement = top.get("placement", choice(PLACEMENTS), DEFAULT_PLACEMENT)
+    no_facts: tuple[str, ...] = ()
+    accept_host_differences = top.get("accept_host_differences", host_fact_names, no_facts)
     configs = expand(findings, name, engine, model, common=common, layers=layers)
-    report_problems(findings, configs, layers)
+    report_problems(findings, configs, layers, placement)
     if engine == "sglang":
         warn_unused_sim_flags(findings, common, layers)
     warn_concurrency_above_capacity(findings, workload, configs)
@@ -83,4 +95,6 @@ def _campaign(findings: Findings, document: object, base_dir: Path) -> Campaign:
         configs=configs,
         workload=workload,
         warnings=tuple(findings.warnings),
+        placement=placement,
+        accept_host_differences=accept_host_differences,
     )

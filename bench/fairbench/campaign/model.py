@@ -8,10 +8,18 @@ A campaign file is one YAML mapping. It says what to compare (``configs``) and h
 - ``model``: the model id or path every config serves, ``--model-path``; required.
 - ``common``: the ``args``, ``env`` and ``sim`` every config starts from (optional).
 - ``configs``: at least one, by name (a unit name part, as ``name``); each holds any of ``extends`` (the
-  name of the config it inherits from), ``args``, ``env``, ``sim`` and ``unset``; required.
+  name of the config it inherits from), ``args``, ``env``, ``sim``, ``unset``, and the fleet keys ``nodes``
+  and ``hosts``; required.
 - ``workload``: how every config is driven (below); required.
 - ``start_timeout_s``: how long a server may take to become healthy (optional; absent, the serving role's
   default applies).
+- ``placement``: ``spread`` or ``every-host`` (``PLACEMENTS``), how the configs' servers are placed on the
+  hosts of their pools; default ``spread``.
+- ``accept_host_differences``: host facts that may differ between the hosts of a pool; default none.
+
+The fleet keys (``placement``, ``accept_host_differences``, and each config's ``nodes``: the hosts its
+server spans, default 1, and ``hosts``: the inventory group it is pinned to, default null, the campaign's
+pool) are described in ``fairbench.campaign.fleet``.
 
 The settings sections, in ``common`` and in a config:
 
@@ -41,7 +49,8 @@ The workload's keys:
   from the served model's files.
 
 Every other workload key is required. Each config is expanded from ``common``, then each config of its
-``extends`` chain, root first: each level first removes the keys it ``unset``s, then sets its own.
+``extends`` chain, root first: each level first removes the keys it ``unset``s, then sets its own. A
+config's ``nodes`` and ``hosts`` are its own where it sets them, else those of the config it extends.
 """
 
 from __future__ import annotations
@@ -62,9 +71,20 @@ SECTIONS = ("args", "env", "sim")
 UNIT_NAME_MAX = 255
 """systemd's limit on the length of a unit name."""
 
+SPREAD = "spread"
+"""Each config, and each repeat of it, on one host of its pool: the next free host takes the next job."""
+EVERY_HOST = "every-host"
+"""Every config on every host of its pool: a comparison of the hosts."""
+PLACEMENTS = (SPREAD, EVERY_HOST)
+DEFAULT_PLACEMENT = SPREAD
+DEFAULT_NODES = 1
+"""Hosts a config's server spans when neither it nor a config it extends says."""
+SCHEDULING_KEYS = ("nodes", "hosts")
+"""A config's keys that place its server on hosts rather than configure it; ``common`` takes neither."""
+
 TOP_REQUIRED = ("name", "engine", "model", "configs", "workload")
-TOP_KEYS = (*TOP_REQUIRED, "common", "start_timeout_s")
-CONFIG_KEYS = ("extends", *SECTIONS, "unset")
+TOP_KEYS = (*TOP_REQUIRED, "common", "start_timeout_s", "placement", "accept_host_differences")
+CONFIG_KEYS = ("extends", *SECTIONS, "unset", *SCHEDULING_KEYS)
 WORKLOAD_REQUIRED = (
     "api",
     "dataset",
@@ -216,6 +236,13 @@ class ServingConfig:
     """GPUs its server occupies (``gpus_needed``): the campaign's preflight and per-GPU throughput use it."""
     gpus_formula: str
     """How ``gpus`` follows from the args, for messages: ``tp-size 2 x dp-size 4``."""
+    nodes: int
+    """Hosts its server spans; fairbench renders SGLang's ``--nnodes``, ``--node-rank`` and
+    ``--dist-init-addr`` per host."""
+    gpus_per_node: int
+    """GPUs its server occupies on each of its hosts: ``gpus / nodes``."""
+    hosts: str | None
+    """The inventory group it is pinned to; None: the campaign's pool."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -231,6 +258,9 @@ class ServingConfig:
             "unset": self.unset.to_json(),
             "gpus": self.gpus,
             "gpus_formula": self.gpus_formula,
+            "nodes": self.nodes,
+            "gpus_per_node": self.gpus_per_node,
+            "hosts": self.hosts,
         }
 
 
@@ -249,6 +279,11 @@ class Campaign:
     """In the file's order."""
     workload: Workload
     warnings: tuple[str, ...]
+    placement: str
+    """One of ``PLACEMENTS``."""
+    accept_host_differences: tuple[str, ...]
+    """Host facts that may differ between the hosts of a pool (names of
+    ``fairbench.hosts.fleet_facts.FACTS``)."""
 
     def to_json(self) -> dict[str, Any]:
         """The expanded campaign as plain data: campaign.json, and the Ansible module's facts."""
@@ -258,6 +293,8 @@ class Campaign:
             "engine": self.engine,
             "model": self.model,
             "start_timeout_s": self.start_timeout_s,
+            "placement": self.placement,
+            "accept_host_differences": list(self.accept_host_differences),
             "common": self.common.to_json(),
             "configs": {name: config.to_json() for name, config in self.configs.items()},
             "workload": self.workload.to_json(),
@@ -291,11 +328,17 @@ def gpus_needed(args: Mapping[str, ArgValue]) -> tuple[int, str]:
     """
     if args.get("device") == "cpu":
         return 0, "device cpu"
-    replicas = () if args.get("enable-dp-attention") is True else ("dp-size",)
+    replicas = ("dp-size",) if dp_size_counts_replicas(args) else ()
     sizes = {key: args.get(key, 1) for key in ("tp-size", "pp-size", *replicas)}
     counted = {key: size if within(size, GPUS) else 1 for key, size in sizes.items()}
     formula = " x ".join(f"{key} {size}" for key, size in counted.items() if key == "tp-size" or size > 1)
     return math.prod(counted.values()), formula
+
+
+def dp_size_counts_replicas(args: Mapping[str, ArgValue]) -> bool:
+    """Whether ``dp-size`` counts model replicas: not with the deprecated ``enable-dp-attention``, where it
+    counts attention-DP groups inside the TP group (``gpus_needed``)."""
+    return args.get("enable-dp-attention") is not True
 
 
 def unit_name(campaign: str, config: str) -> str:

@@ -1,11 +1,13 @@
 """The rules across keys, checked on each config's expanded settings and on the workload.
 
-Errors: ``ep-size`` must divide ``tp-size``, ``enable-eplb`` needs ``ep-size`` > 1, and a flag may not be
-given both in ``sim`` and in ``args``. Warnings: CUDA graph settings that differ from ``common`` (they make
-a comparison unfair unless that is its point), ``sim`` flags of a campaign whose engine is sglang, levels
-above a config's ``max-running-requests`` (the excess requests queue in the server), and levels that get
-fewer prompts than their concurrency. A config is blamed only for a problem its parent lacks, so a mistake
-in one config is not reported again for every config that extends it.
+Errors: ``ep-size`` must divide ``tp-size``, ``enable-eplb`` needs ``ep-size`` > 1, a flag may not be
+given both in ``sim`` and in ``args``, a config's ``nodes`` must divide its GPUs (each host runs the same
+share), and a server over several hosts holds no data-parallel replicas and needs ``placement: spread``.
+Warnings: CUDA graph settings that differ from ``common`` (they make a comparison unfair unless that is
+its point), ``sim`` flags of a campaign whose engine is sglang, levels above a config's
+``max-running-requests`` (the excess requests queue in the server), and levels that get fewer prompts than
+their concurrency. A config is blamed only for a problem its parent lacks, so a mistake in one config is
+not reported again for every config that extends it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fairbench.campaign.findings import Findings
-from fairbench.campaign.model import ArgValue, ServingConfig, Settings, Workload, within
+from fairbench.campaign.model import (
+    EVERY_HOST,
+    ArgValue,
+    ServingConfig,
+    Settings,
+    Workload,
+    dp_size_counts_replicas,
+    within,
+)
 from fairbench.campaign.structure import Layer
 from fairbench.measure.bounds import GPUS, RUNNING_REQUESTS
 
@@ -50,6 +60,39 @@ def _sim_flag_problems(config: ServingConfig) -> list[_Problem]:
     ]
 
 
+def _node_problems(config: ServingConfig, placement: str) -> list[_Problem]:
+    """A server over ``nodes`` hosts runs ``gpus / nodes`` GPUs on each, and holds no data-parallel
+    replicas (SGLang's ``check_server_args`` refuses them); under ``every-host`` each job is one host, which
+    such a server cannot fit."""
+    problems = []
+    dp_size = config.args.get("dp-size", 1)
+    if config.nodes > 1 and dp_size_counts_replicas(config.args) and within(dp_size, GPUS) and dp_size > 1:
+        problems.append(
+            _Problem(
+                "nodes",
+                f"a server over {config.nodes} hosts cannot hold dp-size {dp_size} replicas: SGLang runs no "
+                "multi-node data-parallel replicas (use attn-dp-size across the hosts)",
+            )
+        )
+    if config.gpus % config.nodes:
+        problems.append(
+            _Problem(
+                "nodes",
+                f"{config.nodes} does not divide the server's {config.gpus} GPUs ({config.gpus_formula}): "
+                "each of its hosts runs the same number",
+            )
+        )
+    if placement == EVERY_HOST and config.nodes > 1:
+        problems.append(
+            _Problem(
+                "nodes",
+                f"a server over {config.nodes} hosts needs placement spread: every-host would run it on "
+                "every host",
+            )
+        )
+    return problems
+
+
 def _cuda_graph_problems(config: ServingConfig) -> list[_Problem]:
     """CUDA graph settings must be the same for every config: a TP8 baseline once lacked the CUDA graphs
     its expert-parallel rivals had, and the comparison was unfair."""
@@ -62,12 +105,13 @@ def _cuda_graph_problems(config: ServingConfig) -> list[_Problem]:
 
 
 def report_problems(
-    findings: Findings, configs: Mapping[str, ServingConfig], layers: Mapping[str, Layer]
+    findings: Findings, configs: Mapping[str, ServingConfig], layers: Mapping[str, Layer], placement: str
 ) -> None:
     problems = {
         name: [
             *_parallelism_problems(config.args),
             *_sim_flag_problems(config),
+            *_node_problems(config, placement),
             *_cuda_graph_problems(config),
         ]
         for name, config in configs.items()

@@ -9,7 +9,8 @@ the file's first line names it, relative to the file::
     # yaml-language-server: $schema=campaign.schema.json
 
 The loader (``fairbench validate``) stays the judge, naming the file, the key path and the rule. The
-schema leaves to it the rules across keys, the ``extends`` chains and the ``unset`` keys, whether a
+schema leaves to it the rules across keys (``nodes`` against the GPUs and the placement among them), the
+``extends`` chains and the ``unset`` keys, whether an inventory group exists, whether a
 dataset file exists, how many requests an ``Nx`` makes, unit names' length and values that read as flags.
 It asks for each value in its plain YAML type, where the loader also takes what SGLang's converters read
 (``tp-size: 8``, not ``"8"``; ``true``, not YAML 1.1's ``yes``), and it takes any string for a flag whose
@@ -31,10 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from fairbench.campaign.checks import UNIT_NAME_PART
+from fairbench.campaign.fleet import GROUP_NAME
 from fairbench.campaign.model import (
     CONFIG_KEYS,
     DATASET_SUFFIX,
+    DEFAULT_NODES,
+    DEFAULT_PLACEMENT,
     ENGINES,
+    PLACEMENTS,
     SECTIONS,
     TOP_KEYS,
     TOP_REQUIRED,
@@ -44,7 +49,8 @@ from fairbench.campaign.model import (
 from fairbench.campaign.sglang_flags import BOUNDED_ARGS, DEPRECATED_ARGS, REJECTED_ARGS, sglang_flags
 from fairbench.campaign.structure import ENV_NAME, FLAG_NAME
 from fairbench.campaign.workload import BOUNDS, LEAST_REQUESTS, TIMES_CONCURRENCY
-from fairbench.measure.bounds import CONCURRENCY, REQUESTS, START_TIMEOUT_S, UNIT_LINE_ENDS, Bound
+from fairbench.hosts.fleet_facts import FACTS
+from fairbench.measure.bounds import CONCURRENCY, NODES, REQUESTS, START_TIMEOUT_S, UNIT_LINE_ENDS, Bound
 from fairbench.measure.workload import APIS, RANDOM_IDS
 from fairbench.sim.args import VALUED_ACTIONS, sglang_version
 
@@ -162,6 +168,20 @@ def _top_level() -> dict[str, Schema]:
             "description": "How long a server may take to become healthy, "
             f"{START_TIMEOUT_S.describe()}; absent, the serving role's default applies.",
         },
+        "placement": {
+            "description": "spread: each config, and each repeat of it, runs on one host of its pool, the "
+            "next free host taking the next job; every-host: every config runs on every host of its pool.",
+            "enum": list(PLACEMENTS),
+            "default": DEFAULT_PLACEMENT,
+        },
+        "accept_host_differences": {
+            "description": "Host facts that may differ between the hosts of a pool: reported as threats "
+            "instead of stopping a spread campaign.",
+            "type": "array",
+            "uniqueItems": True,
+            "items": {"enum": list(FACTS)},
+            "default": [],
+        },
     }
 
 
@@ -177,6 +197,18 @@ def _config() -> Schema:
                 for section in SECTIONS
             },
             "additionalProperties": False,
+        },
+        "nodes": {
+            **_bounded(NODES),
+            "description": f"The hosts this config's server spans, {NODES.describe()}; they must divide its "
+            "GPUs. Inherited through extends.",
+            "default": DEFAULT_NODES,
+        },
+        "hosts": {
+            "description": "The inventory group this config is pinned to; null: the campaign's pool. "
+            "Inherited through extends.",
+            "anyOf": [{"type": "string", "pattern": _anchored(GROUP_NAME)}, {"type": "null"}],
+            "default": None,
         },
     }
     return {"type": "object", "properties": _properties(CONFIG_KEYS, schemas), "additionalProperties": False}

@@ -24,7 +24,8 @@ from fairbench.measure.bounds import GPUS, RUNNING_REQUESTS
 from fairbench.sim.args import CONVERTERS, VALUED_ACTIONS, flag_table, sglang_version
 
 # Flags the campaign must not carry: gone from SGLang 0.5.23, ambiguous there, set
-# elsewhere, or aliases (one spelling per flag keeps configs comparable key by key).
+# elsewhere (the multi-node flags differ per host), or aliases (one spelling per flag keeps configs
+# comparable key by key).
 REJECTED_ARGS = {
     "enable-ep-moe": "SGLang 0.5.23 no longer has this flag: use ep-size",
     "cuda-graph-max-bs": "an ambiguous prefix in SGLang 0.5.23 (-decode, -prefill): "
@@ -38,6 +39,10 @@ REJECTED_ARGS = {
     "ep": "an alias: spell it ep-size",
     "pipeline-parallel-size": "an alias: spell it pp-size",
     "data-parallel-size": "an alias: spell it dp-size",
+    **dict.fromkeys(
+        ("nnodes", "node-rank", "dist-init-addr", "nccl-init-addr"),
+        "rendered per host by fairbench for a server over several hosts: use the config's nodes: instead",
+    ),
 }
 DEPRECATED_ARGS = {
     "disable-cuda-graph": "deprecated in SGLang 0.5.23: use cuda-graph-backend-decode: disabled "

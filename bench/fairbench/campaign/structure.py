@@ -5,7 +5,8 @@ A flag's name is spelled as on its command line without ``--``: lowercase words 
 (``FLAG_NAME``); an environment variable's name is letters, digits and ``_`` (``ENV_NAME``). Each ``args``
 flag is then judged by ``fairbench.campaign.sglang_flags``; ``sim`` flags only by their shape, as the
 simulator judges its own. A config's ``extends`` is not followed here: ``fairbench.campaign.expand`` does
-that.
+that, and a config's ``nodes`` and ``hosts`` are checked by ``fairbench.campaign.fleet``. ``common`` takes
+neither: they place one config's server, they are no part of the baseline every config starts from.
 """
 
 from __future__ import annotations
@@ -22,7 +23,15 @@ from fairbench.campaign.checks import (
     unit_name_part,
 )
 from fairbench.campaign.findings import Findings, describe, join_path
-from fairbench.campaign.model import CONFIG_KEYS, SECTIONS, ArgValue, Settings, UnsetKeys
+from fairbench.campaign.fleet import OwnScheduling, own_scheduling
+from fairbench.campaign.model import (
+    CONFIG_KEYS,
+    SCHEDULING_KEYS,
+    SECTIONS,
+    ArgValue,
+    Settings,
+    UnsetKeys,
+)
 from fairbench.campaign.sglang_flags import check_arg
 
 FLAG_NAME = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
@@ -90,6 +99,15 @@ def _settings(fields: Fields) -> Settings:
 
 
 def common_settings(findings: Findings, path: str, value: object) -> Settings:
+    if isinstance(value, dict):
+        for key in SCHEDULING_KEYS:
+            if key in value:
+                findings.error(
+                    join_path(path, key),
+                    "is a config's key, not common's: set it in the configs it places "
+                    "(a config passes it on to those that extend it)",
+                )
+        value = {key: item for key, item in value.items() if key not in SCHEDULING_KEYS}
     return _settings(mapping(findings, path, value, SECTIONS))
 
 
@@ -124,6 +142,7 @@ class Layer:
     extends: str | None
     own: Settings
     unset: UnsetKeys
+    scheduling: OwnScheduling
 
 
 def _parent_name(findings: Findings, path: str, value: object) -> str | None:
@@ -139,6 +158,7 @@ def _layer(findings: Findings, path: str, value: object) -> Layer:
         extends=fields.get("extends", _parent_name, None),
         own=_settings(fields),
         unset=fields.get("unset", _unset, UnsetKeys()),
+        scheduling=own_scheduling(fields),
     )
 
 
