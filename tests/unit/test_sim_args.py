@@ -385,3 +385,119 @@ def test_a_model_directory_whose_context_length_is_no_usable_number_is_refused(
     with pytest.raises(ConfigError) as error:
         resolve(parser().parse_args(["--model-path", str(tmp_path)]))
     assert str(error.value) == f"--model-path: {tmp_path / 'config.json'}: {problem}"
+
+
+# --- several nodes ----------------------------------------------------------------------------------------
+
+MULTI_NODE = ("--tp-size", "2", "--nnodes", "2", "--dist-init-addr", "10.0.0.1:5000")
+
+
+def test_a_single_node_meets_nobody_and_ignores_the_dist_init_address() -> None:
+    nodes = config("--dist-init-addr", "not an address").nodes
+    assert (nodes.nnodes, nodes.node_rank, nodes.rendezvous) == (1, 0, None)
+
+
+@pytest.mark.parametrize(
+    ("flags", "rank", "host", "port"),
+    [
+        ([*MULTI_NODE], 0, "10.0.0.1", 5000),
+        ([*MULTI_NODE, "--node-rank", "1"], 1, "10.0.0.1", 5000),
+        (
+            ["--tp-size", "8", "--nnodes", "4", "--node-rank", "3", "--nccl-init-addr", "[::1]:29500"],
+            3,
+            "::1",
+            29500,
+        ),
+        (["--tp-size", "1", "--pp-size", "2", "--nnodes", "2", "--dist-init-addr", "node0:1"], 0, "node0", 1),
+    ],
+)
+def test_the_node_flags_resolve_into_the_rendezvous_of_rank_0(
+    flags: list[str], rank: int, host: str, port: int
+) -> None:
+    resolved = config(*flags, "--sim-join-timeout-s", "7", "--sim-heartbeat-s", "0.5")
+    nodes = resolved.nodes
+    assert nodes.node_rank == rank
+    assert nodes.rendezvous is not None
+    assert (nodes.rendezvous.host, nodes.rendezvous.port) == (host, port)
+    assert (nodes.join_timeout_s, nodes.heartbeat_s, nodes.silence_s) == (7, 0.5, 1.5)
+    # The server's layout does not change: tp-size is the total over the nodes.
+    assert resolved.effective_args["tp_size"] == int(flags[1])
+    assert not {"--nnodes", "--node-rank", "--dist-init-addr"} & set(resolved.not_modelled)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--nnodes", "0"], "--nnodes: must be an integer from 1 to 64 hosts, got 0"),
+        (
+            [*MULTI_NODE, "--node-rank", "2"],
+            "--node-rank: must be an integer from 0 to 1 (below --nnodes 2), got 2",
+        ),
+        (
+            [*MULTI_NODE, "--node-rank", "-1"],
+            "--node-rank: must be an integer from 0 to 1 (below --nnodes 2), got -1",
+        ),
+        (["--node-rank", "1"], "--node-rank: must be an integer from 0 to 0 (below --nnodes 1), got 1"),
+        (
+            ["--tp-size", "2", "--nnodes", "2"],
+            "--dist-init-addr: required with --nnodes 2: rank 0's HOST:PORT, where the nodes meet",
+        ),
+        (
+            ["--tp-size", "3", "--nnodes", "2", "--dist-init-addr", "10.0.0.1:5000"],
+            "--tp-size: tp_size must be divisible by number of nodes: --tp-size 3 x --pp-size 1 over "
+            "--nnodes 2",
+        ),
+        (
+            [*MULTI_NODE, "--dp-size", "2"],
+            "--dp-size: multi-node data-parallel replicas are not supported (--dp-size 2 with --nnodes 2); "
+            "use attention DP (--attn-dp-size) across nodes",
+        ),
+        (
+            ["--tp-size", "2", "--nnodes", "2", "--dist-init-addr", "10.0.0.1"],
+            "--dist-init-addr: '10.0.0.1': expected HOST:PORT, e.g. 10.0.0.1:5000",
+        ),
+        (
+            ["--tp-size", "2", "--nnodes", "2", "--dist-init-addr", ":5000"],
+            "--dist-init-addr: ':5000': expected HOST:PORT, e.g. 10.0.0.1:5000",
+        ),
+        (
+            ["--tp-size", "2", "--nnodes", "2", "--dist-init-addr", "::1:5000"],
+            "--dist-init-addr: '::1:5000': an IPv6 host must be in brackets: [HOST]:PORT, e.g. 10.0.0.1:5000",
+        ),
+        (
+            ["--tp-size", "2", "--nnodes", "2", "--dist-init-addr", "10.0.0.1:0"],
+            "--dist-init-addr: '10.0.0.1:0': the port must be an integer from 1 to 65,535 (a TCP port), "
+            "got 0",
+        ),
+        (
+            ["--tp-size", "2", "--nnodes", "2", "--dist-init-addr", "10.0.0.1:http"],
+            "--dist-init-addr: '10.0.0.1:http': the port must be an integer from 1 to 65,535 (a TCP port)",
+        ),
+    ],
+)
+def test_node_flags_that_cannot_be_served_are_refused_naming_the_flag(flags: list[str], message: str) -> None:
+    parser().parse_args(["--model-path", "m", *flags])  # SGLang's parser takes them all
+    with pytest.raises(ConfigError) as error:
+        config(*flags)
+    assert str(error.value) == message
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--sim-join-timeout-s", "-1"],
+            "argument --sim-join-timeout-s: must be a number from 0 to 604800 seconds, got -1",
+        ),
+        (
+            ["--sim-heartbeat-s", "0"],
+            "argument --sim-heartbeat-s: must be a number from 0.01 to 60 seconds, got 0",
+        ),
+    ],
+)
+def test_the_rendezvous_timings_are_refused_outside_their_range(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        parser().parse_args(["--model-path", "m", *argv])
+    assert capsys.readouterr().err.splitlines()[-1] == f"fairbench sim: error: {message}"

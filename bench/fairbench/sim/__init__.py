@@ -9,8 +9,10 @@ Modules, in the order data flows through them:
 continuous-batching scheduler and the clock that drives it), ``api`` (request bodies in, SGLang's
 response and stream formats out), ``http`` (a minimal HTTP/1.1 server on raw asyncio, fast enough to
 stream tens of thousands of tokens per second on one core), ``server`` (routes, auth, ``/server_info``,
-``/metrics``, start-up), ``faults``, ``predict`` (the same engine on a virtual clock: what a closed-loop
-sweep will measure) and ``command`` (the ``fairbench sim`` entry point).
+``/metrics``, start-up), ``nodes`` (one server over ``--nnodes`` hosts: rank 0's rendezvous with the
+other ranks, their heartbeats, the other ranks' dummy health server), ``faults``, ``predict`` (the same
+engine on a virtual clock: what a closed-loop sweep will measure) and ``command`` (the ``fairbench sim``
+entry point).
 
 The simulator shares no code with fairbench's client: both follow SGLang's formats as read from its
 source, so a bug in one is caught by the other instead of cancelling out.

@@ -18,7 +18,7 @@ import argparse
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from functools import cache
 from importlib import resources
@@ -39,6 +39,14 @@ from fairbench.sim.model import (
     load_profile,
     mean_accept_length,
 )
+from fairbench.sim.nodes import (
+    DEFAULT_HEARTBEAT_S,
+    DEFAULT_JOIN_TIMEOUT_S,
+    HEARTBEAT_MISSES,
+    Address,
+    NodeSettings,
+    split_address,
+)
 
 # The ServerArgs fields the simulator acts on; every other flag is accepted, kept, reported in
 # /server_info, and listed there as not modelled when it is set to something other than its default.
@@ -52,6 +60,9 @@ MODELLED_FIELDS = frozenset(
         "admin_api_key",
         "tp_size",
         "ep_size",
+        "nnodes",
+        "node_rank",
+        "dist_init_addr",
         "dp_size",
         "enable_eplb",
         "max_running_requests",
@@ -287,12 +298,33 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         "(time.perf_counter_ns, comparable with a client's on the same host)",
     )
     group.add_argument(
+        "--sim-join-timeout-s",
+        type=_within(bounds.SIM_DELAY_S),
+        default=DEFAULT_JOIN_TIMEOUT_S,
+        metavar="S",
+        help="with --nnodes > 1: how long a rank >= 1 tries to reach rank 0, and rank 0 waits for every "
+        "rank to join, before it exits with a failure (default: %(default)s)",
+    )
+    group.add_argument(
+        "--sim-heartbeat-s",
+        type=_within(HEARTBEAT_S),
+        default=DEFAULT_HEARTBEAT_S,
+        metavar="S",
+        help="with --nnodes > 1: the interval of the heartbeats between rank 0 and each rank; a node silent "
+        f"for {HEARTBEAT_MISSES} intervals counts as lost and takes the server down (default: %(default)s)",
+    )
+    group.add_argument(
         "--sim-predict",
         metavar="INPUT_LEN,OUTPUT_LEN",
         type=_length_pair,
         help="print what a closed-loop sweep (concurrency 1, 2, 4, ... up to the running-request limit) "
         "would measure with this configuration, and exit without serving",
     )
+
+
+HEARTBEAT_S = Bound(0.01, 60.0, "seconds", integer=False)
+"""``--sim-heartbeat-s``: below 10 ms a loaded event loop misses beats; above a minute a frozen node
+keeps the server up for minutes."""
 
 
 def _within(bound: Bound) -> Callable[[str], int | float]:
@@ -356,6 +388,8 @@ class SimConfig:
     time_scale: float
     load_seconds: float
     faults: FaultSettings
+    nodes: NodeSettings
+    """This process's place in a multi-node server (``--nnodes``, ``--node-rank``, ``--dist-init-addr``)."""
     seed: int
     trace_path: str | None
     predict: tuple[int, int] | None
@@ -488,6 +522,59 @@ def _limits(args: argparse.Namespace, profile: Profile, dp_size: int) -> tuple[S
     return limits, max_running
 
 
+def _nodes(args: argparse.Namespace, tp_size: int, dp_size: int) -> NodeSettings:
+    """``--nnodes``, ``--node-rank`` and ``--dist-init-addr``, checked as SGLang's ``check_server_args``
+    checks them (tp-size x pp-size divisible by the nodes, no multi-node ``--dp-size``), and with the
+    rendezvous address a multi-node simulator needs (SGLang without one meets on each node's own
+    loopback, so its nodes never find one another)."""
+    nnodes = _bounded(args, "nnodes", bounds.NODES)
+    node_rank: int = args.node_rank
+    if not 0 <= node_rank < nnodes:
+        raise ConfigError(
+            f"--node-rank: must be an integer from 0 to {nnodes - 1} (below --nnodes {nnodes}), "
+            f"got {node_rank}"
+        )
+    settings = NodeSettings(
+        nnodes=nnodes,
+        node_rank=node_rank,
+        join_timeout_s=args.sim_join_timeout_s,
+        heartbeat_s=args.sim_heartbeat_s,
+    )
+    if nnodes == 1:
+        return settings
+    if args.dist_init_addr is None:
+        raise ConfigError(
+            f"--dist-init-addr: required with --nnodes {nnodes}: rank 0's HOST:PORT, where the nodes meet"
+        )
+    pp_size = _bounded(args, "pp_size", bounds.GPUS)
+    if args.ep_join_mode != "scale" and (tp_size * pp_size) % nnodes:
+        raise ConfigError(
+            f"--tp-size: tp_size must be divisible by number of nodes: --tp-size {tp_size} x --pp-size "
+            f"{pp_size} over --nnodes {nnodes}"
+        )
+    if dp_size > 1:
+        raise ConfigError(
+            f"--dp-size: multi-node data-parallel replicas are not supported (--dp-size {dp_size} with "
+            f"--nnodes {nnodes}); use attention DP (--attn-dp-size) across nodes"
+        )
+    return replace(settings, rendezvous=_dist_init_addr(args.dist_init_addr))
+
+
+def _dist_init_addr(text: str) -> Address:
+    try:
+        host, port_text = split_address(text)
+    except ValueError as exc:
+        raise ConfigError(f"--dist-init-addr: {text!r}: {exc}, e.g. 10.0.0.1:5000") from None
+    try:
+        port: object = int(port_text)
+    except ValueError:
+        port = port_text
+    if (problem := bounds.PORT.problem(port)) is not None:
+        raise ConfigError(f"--dist-init-addr: {text!r}: the port {problem}")
+    assert isinstance(port, int)
+    return Address(host, port)
+
+
 def _checkpoint(model_path: str) -> Checkpoint:
     try:
         return read_checkpoint(model_path)
@@ -514,6 +601,7 @@ def resolve(args: argparse.Namespace) -> SimConfig:
         )
     profile, model = _profile(args)
     dp_size = _bounded(args, "dp_size", bounds.GPUS)
+    nodes = _nodes(args, args.tp_size, dp_size)
     limits, max_running = _limits(args, profile, dp_size)
     # The server sizes its prefix cache and reports its KV pool from it (through effective_args).
     _optional(args, "max_total_tokens", bounds.KV_TOKENS)
@@ -556,6 +644,7 @@ def resolve(args: argparse.Namespace) -> SimConfig:
         time_scale=args.sim_time_scale,
         load_seconds=args.sim_load_seconds,
         faults=combine_fault_specs(args.sim_fault),
+        nodes=nodes,
         seed=args.sim_seed,
         trace_path=args.sim_trace,
         predict=args.sim_predict,

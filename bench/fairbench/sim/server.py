@@ -14,6 +14,9 @@ Routes and status codes follow SGLang 0.5.23's ``http_server.py``:
   ``--enable-metrics``, as in SGLang.
 * The plain responses (``/health*``, ``/flush_cache``, ``/abort_request``) carry no content-type, as
   Starlette's ``Response`` without a media type sends them.
+* With ``--nnodes`` > 1 (see ``nodes``): rank 0 serves all of the above, but ``/health*`` and the
+  generation routes answer 503 until every rank has joined, and the model loads only then; a rank >= 1
+  serves SGLang's dummy health server instead; a lost rank ends the process with status 1.
 * ``--api-key`` guards every route but ``/health*``, ``/ready*`` and ``/metrics*`` (Bearer token, 401
   ``{"error": "Unauthorized"}``); ``/flush_cache`` takes the ``--admin-api-key`` instead when one is set.
 """
@@ -50,6 +53,7 @@ from fairbench.sim.args import MODELLED_FIELDS, SimConfig, flag_table, sglang_ve
 from fairbench.sim.engine import Engine, Scheduler, SimRequest
 from fairbench.sim.faults import FaultAction, FaultState
 from fairbench.sim.http import HttpExchange, HttpRequest, serve
+from fairbench.sim.nodes import Rendezvous, follow
 from fairbench.sim.prefix_cache import PrefixCache
 
 HEALTH_CHECK_TIMEOUT_S = float(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
@@ -130,6 +134,8 @@ class SimServer:
         self.counters = {"true": _RequestCounters(), "false": _RequestCounters()}
         self.active: dict[str, tuple[SimRequest, ResponseWriter]] = {}
         """Requests being generated, by rid: what ``/abort_request`` can reach."""
+        self.rendezvous: Rendezvous | None = None
+        """Rank 0's rendezvous with the other nodes, when the server spans several."""
         # Line-buffered so a crash (the crash-after fault) loses no finished request; closed on shutdown.
         self.trace: IO[str] | None = None
         if config.trace_path:
@@ -228,6 +234,16 @@ class SimServer:
         return endpoint
 
     def _serve_generation(self, api: str, request: HttpRequest, exchange: HttpExchange) -> None:
+        rendezvous = self.rendezvous
+        if rendezvous is not None and not rendezvous.complete:
+            # SGLang has no API before its nodes meet; the simulator listens already, and refuses.
+            message = (
+                f"Service unavailable: {rendezvous.joined_nodes} of {rendezvous.settings.nnodes} nodes "
+                "have joined"
+            )
+            if api == "generate":
+                raise ApiError(503, {"error": {"message": message}})
+            raise openai_error(message, "ServiceUnavailableError", 503)
         content_type = request.headers.get("content-type")
         if api != "generate" and _media_type(content_type or "") != "application/json":
             raise validation_error("Unsupported Media Type: Only 'application/json' is allowed")
@@ -422,6 +438,11 @@ class SimServer:
             "time_scale": config.time_scale,
             "load_seconds": config.load_seconds,
             "faults": config.faults.describe(),
+            "nodes": {
+                "nnodes": config.nodes.nnodes,
+                "node_rank": config.nodes.node_rank,
+                "joined": self.rendezvous.joined_nodes if self.rendezvous is not None else 1,
+            },
             "modelled_flags": modelled,
             "not_modelled_flags": config.not_modelled,
         }
@@ -576,7 +597,14 @@ def _is_json_media(content_type: str) -> bool:
 
 
 async def serve_forever(config: SimConfig) -> int:
-    """Listen, load for ``--sim-load-seconds``, serve until SIGINT or SIGTERM; returns the exit status."""
+    """Listen, load for ``--sim-load-seconds``, serve until SIGINT or SIGTERM; returns the exit status.
+
+    On a rank >= 1 of a multi-node server: join rank 0 and answer health checks (``nodes.follow``). On
+    rank 0: also wait for the other ranks, load once all have joined, and end with status 1 when one
+    is lost (after SIGTERM the ranks are told to shut down and the status is 0)."""
+    nodes = config.nodes
+    if nodes.node_rank > 0:
+        return await follow(nodes, config.host, config.port, config.load_seconds)
     loop = asyncio.get_running_loop()
     try:
         server = SimServer(config, loop)
@@ -589,21 +617,41 @@ async def serve_forever(config: SimConfig) -> int:
         flags = "--host" if isinstance(exc, socket.gaierror) else "--host/--port"
         _start_error(f"{flags}: cannot listen on {config.host}:{config.port}: {exc.strerror or exc}")
         return 1
-    stop = asyncio.Event()
+    status: asyncio.Future[int] = loop.create_future()
+
+    def end(code: int) -> None:
+        if not status.done():
+            status.set_result(code)
+
     for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
+        loop.add_signal_handler(signum, end, 0)
     print(
         f"fairbench sim: SGLang {sglang_version()} simulator, profile {config.profile.name}, "
         f"layout {config.model.layout}, Uvicorn running on http://{config.host}:{config.port}",
         file=sys.stderr,
         flush=True,
     )
-    loop.call_later(config.load_seconds, _announce_loaded, server)
-    await stop.wait()
+
+    def load() -> None:
+        loop.call_later(config.load_seconds, _announce_loaded, server)
+
+    if nodes.nnodes > 1:
+        server.rendezvous = Rendezvous(nodes, on_all_joined=load, on_end=end)
+        try:
+            await server.rendezvous.start()
+        except OSError as exc:
+            _start_error(f"--dist-init-addr: cannot listen on {nodes.rendezvous}: {exc.strerror or exc}")
+            listener.close()
+            return 1
+    else:
+        load()
+    code = await status
     listener.close()
+    if server.rendezvous is not None:
+        await server.rendezvous.close(shutdown=code == 0)
     if server.trace is not None:
         server.trace.close()
-    return 0
+    return code
 
 
 def _start_error(message: str) -> None:
