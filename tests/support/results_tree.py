@@ -8,6 +8,18 @@ journal.log and status.json. Nothing is hand-written: every number comes from a 
 
 A ``Deviation`` makes one server differ from what campaign.json declares (an extra flag or variable,
 or a fault), which is what the report's fairness section exists to catch.
+
+``build_run`` runs each config once on one host, as campaigns ran before they ran over fleets (its
+status.json records no jobs; with ``fleet_keys=False`` campaign.json and status.json lack the keys
+fleets added). ``build_fleet_run`` runs a campaign's jobs as a fleet does (fairbench.fleet.plan): under
+``spread`` one job per config and repeat, each on the host(s) it is placed on, under ``every-host`` each
+config on each host; a config over several nodes starts one simulator per node, rank 0 serving, the
+others' files under ``<rank0-host>/<config>/ranks/<host>/``. Each job sweeps its repeats as the
+fairbench_sweep module does (``fairbench.hosts.ansible_support.sweep``). It writes each directory's
+status.json with its jobs (``fairbench.measure.status.JobStatus``, their real timelines on this machine's
+clock) and the run's fleet.json (the queue as it ended, and the pool's equivalence from the hosts' fleet
+facts). The jobs run one at a time, so the gap between two jobs of a host includes the jobs other hosts
+ran in between.
 """
 
 from __future__ import annotations
@@ -21,7 +33,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,9 +42,25 @@ import yaml
 
 from fairbench.campaign.load import parse_campaign
 from fairbench.campaign.model import Campaign, ServingConfig
+from fairbench.fleet.equivalence import check_pools
+from fairbench.fleet.plan import PLAY_POOL, Job, plan
+from fairbench.fleet.queue import FAILED, FLEET_FILE, OK, new_state, predict
+from fairbench.hosts import ansible_support
 from fairbench.hosts.ansible_support import host_facts
-from fairbench.measure.results import CAMPAIGN_FILE
-from fairbench.measure.status import JOURNAL_EXCERPT_LINES, ConfigStatus, Failure, journal_tail, write_status
+from fairbench.hosts.fleet_facts import REASONS
+from fairbench.measure.client import ServerUnreachable
+from fairbench.measure.results import CAMPAIGN_FILE, ResultsError, RunIdentity
+from fairbench.measure.status import (
+    JOURNAL_EXCERPT_LINES,
+    RANKS_DIR,
+    STATUS_FILE,
+    ConfigStatus,
+    Failure,
+    JobStatus,
+    RankStatus,
+    journal_tail,
+    write_status,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 FAIRBENCH = [sys.executable, "-m", "fairbench"]
@@ -54,14 +82,24 @@ class Deviation:
 
 
 def campaign_from(
-    path: Path, *, configs: list[str], workload: Mapping[str, Any], sim: Mapping[str, Any]
+    path: Path,
+    *,
+    configs: list[str],
+    workload: Mapping[str, Any],
+    sim: Mapping[str, Any],
+    fleet: Mapping[str, Any] | None = None,
+    nodes: Mapping[str, int] | None = None,
 ) -> Campaign:
     """The campaign file at ``path``, keeping ``configs`` (parents included), with workload and common
-    simulator flags overridden: the same configs, measured briefly."""
+    simulator flags overridden: the same configs, measured briefly. ``fleet``: top-level keys to set
+    (``placement``, ``accept_host_differences``); ``nodes``: configs whose server spans that many hosts."""
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     data["configs"] = {name: data["configs"][name] for name in configs}
     data["workload"] |= dict(workload)
     data["common"]["sim"] = data["common"].get("sim", {}) | dict(sim)
+    data |= dict(fleet or {})
+    for name, count in (nodes or {}).items():
+        data["configs"][name]["nodes"] = count
     return parse_campaign(yaml.safe_dump(data, sort_keys=False), str(path), path.parent)
 
 
@@ -145,8 +183,8 @@ def run_config(
                 break
             time.sleep(0.05)
         if not failure:
-            status, body = _get(url + "/server_info")
-            info = json.loads(body) if status == 200 else {}
+            code, body = _get(url + "/server_info")
+            info = json.loads(body) if code == 200 else {}
             (config_dir / "server_info.json").write_text(json.dumps(info, indent=2) + "\n")
             (config_dir / "host.json").write_text(json.dumps(host_facts(), indent=2) + "\n")
             sweep = subprocess.run(
@@ -178,6 +216,24 @@ def run_config(
     write_status(config_dir, status)
 
 
+FLEET_KEYS = ("placement", "accept_host_differences")
+CONFIG_FLEET_KEYS = ("nodes", "gpus_per_node", "hosts")
+STATUS_FLEET_KEYS = ("hosts", "jobs")
+"""The keys campaign.json and status.json gained when campaigns began to run over fleets."""
+
+
+def campaign_json(campaign: Campaign, *, fleet_keys: bool = True) -> dict[str, Any]:
+    """campaign.json of ``campaign``; without ``fleet_keys``, as it was before campaigns had a placement."""
+    data = campaign.to_json()
+    if not fleet_keys:
+        data = {key: value for key, value in data.items() if key not in FLEET_KEYS}
+        data["configs"] = {
+            name: {key: value for key, value in config.items() if key not in CONFIG_FLEET_KEYS}
+            for name, config in data["configs"].items()
+        }
+    return data
+
+
 def build_run(
     results_root: Path,
     campaign: Campaign,
@@ -186,15 +242,237 @@ def build_run(
     host: str = "lab1",
     deviations: Mapping[str, Deviation] | None = None,
     skip: tuple[str, ...] = (),
+    fleet_keys: bool = True,
 ) -> Path:
-    """``results_root/<campaign>/<run_id>``, every config swept in turn except ``skip`` (left missing)."""
+    """``results_root/<campaign>/<run_id>``, every config swept in turn except ``skip`` (left missing);
+    ``fleet_keys``: False writes campaign.json and status.json as they were before campaigns had a
+    placement."""
     run_dir = results_root / campaign.name / run_id
     run_dir.mkdir(parents=True)
-    (run_dir / CAMPAIGN_FILE).write_text(json.dumps(campaign.to_json(), indent=2) + "\n")
+    campaign_text = json.dumps(campaign_json(campaign, fleet_keys=fleet_keys), indent=2) + "\n"
+    (run_dir / CAMPAIGN_FILE).write_text(campaign_text)
     for name, config in campaign.configs.items():
         if name not in skip:
             deviation = (deviations or {}).get(name, Deviation())
             run_config(campaign, config, host, run_dir / host / name, deviation)
+            if not fleet_keys:
+                status_path = run_dir / host / name / STATUS_FILE
+                status = json.loads(status_path.read_text())
+                kept = {key: value for key, value in status.items() if key not in STATUS_FLEET_KEYS}
+                status_path.write_text(json.dumps(kept, indent=2) + "\n")
+    return run_dir
+
+
+# --- a campaign run over a fleet ---------------------------------------------------------------------------
+
+FLEET_FACTS: dict[str, Any] = {
+    "gpu_model": "NVIDIA H200",
+    "gpu_count": 8,
+    "driver": "580.95.05",
+    "cuda": "13.0",
+    "cuda_toolkit": "12.9",
+    "nccl": "2.28.3",
+    "sglang": "0.5.23",
+    "fairbench": "0.1.0",
+    "cpu_model": "Intel(R) Xeon(R) Platinum 8480+",
+    "cpus": 224,
+    "memory_gib": 2016,
+    REASONS: {},
+}
+"""The fleet facts (fairbench.hosts.fleet_facts) every host of a fleet run has unless told otherwise."""
+
+
+@dataclass(frozen=True)
+class Server:
+    """One node's process of a job's server: rank 0 serves HTTP, ranks >= 1 only join it."""
+
+    rank: int
+    host: str
+    directory: Path
+    """Where its unit.service and journal.log go: the config's directory, or ranks/<host>/ in it."""
+    exec_start: list[str]
+    env: dict[str, str]
+
+
+def _servers(
+    campaign: Campaign, config: ServingConfig, hosts: Sequence[str], config_dir: Path, deviation: Deviation
+) -> tuple[str, list[Server]]:
+    """The URL rank 0 serves, and each node's process, as the serving role starts them on its host: the
+    config's argv, with ``--nnodes``, ``--node-rank`` and ``--dist-init-addr`` over several nodes."""
+    fault = ["--sim-fault", deviation.fault] if deviation.fault else []
+    dist_init = f"127.0.0.1:{_free_port()}"
+    env = {**SERVING_ENVIRONMENT, **config.env, **deviation.env}
+    servers, url = [], ""
+    for rank, host in enumerate(hosts):
+        port = _free_port()
+        url = url or f"http://127.0.0.1:{port}"
+        nodes = (
+            ["--nnodes", str(len(hosts)), "--node-rank", str(rank), "--dist-init-addr", dist_init]
+            if len(hosts) > 1
+            else []
+        )
+        exec_start = [
+            *FAIRBENCH,
+            "sim",
+            *config.argv,
+            *deviation.flags,
+            *fault,
+            *nodes,
+            *("--host", "127.0.0.1", "--port", str(port)),
+        ]
+        directory = config_dir if rank == 0 else config_dir / RANKS_DIR / host
+        servers.append(Server(rank, host, directory, exec_start, env))
+    return url, servers
+
+
+def _sweep_job(
+    campaign: Campaign, job: Job, *, host: str, url: str, config_dir: Path
+) -> tuple[dict[str, str], dict[str, float | None]]:
+    """The job's repeats swept into ``config_dir`` as the fairbench_sweep module sweeps them: the failure
+    (none, or its stage and reason), and when the sweep's first request went out and its last point ended."""
+    identity = RunIdentity(campaign.name, config_dir.parent.parent.name, host, job.config)
+    spec = ansible_support.sweep_spec(campaign.workload, url, identity=identity, repeats=list(job.repeats))
+    try:
+        outcome = ansible_support.sweep(spec, config_dir, check=False)
+    except (ResultsError, ServerUnreachable) as exc:
+        return {"stage": "sweep", "reason": f"fairbench sweep failed: {exc}"}, {}
+    times = {"first_request_at": outcome.first_request_at, "last_point_ended_at": outcome.last_point_ended_at}
+    if outcome.problems:
+        return {"stage": "sweep", "reason": outcome.problems[0]}, times
+    return {}, times
+
+
+def run_job(
+    campaign: Campaign, job: Job, hosts: Sequence[str], run_dir: Path, deviation: Deviation
+) -> JobStatus:
+    """One job on ``hosts`` (rank 0 first): start its server's nodes, wait for rank 0's health, save its
+    files, sweep the job's repeats, stop the nodes, save their journals. Returns how it ended, as
+    status.json's ``jobs`` records it."""
+    config = campaign.configs[job.config]
+    config_dir = run_dir / hosts[0] / config.name
+    url, servers = _servers(campaign, config, hosts, config_dir, deviation)
+    processes = []
+    unit_started_at = time.time()
+    for server in servers:
+        server.directory.mkdir(parents=True, exist_ok=True)
+        (server.directory / "unit.service").write_text(_unit(campaign, config, server.env, server.exec_start))
+        with (server.directory / "journal.log").open("wb") as output:
+            processes.append(
+                subprocess.Popen(
+                    server.exec_start,
+                    cwd=REPO,
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
+                    env={**os.environ, **server.env},
+                )
+            )
+    failure: dict[str, str] = {}
+    times: dict[str, float | None] = {}
+    healthy_at = None
+    try:
+        deadline = time.monotonic() + 30
+        while _get(url + "/health_generate")[0] != 200:
+            if processes[0].poll() is not None or time.monotonic() > deadline:
+                failure = {"stage": "health", "reason": f"{url}/health_generate never answered 200"}
+                break
+            time.sleep(0.05)
+        if not failure:
+            healthy_at = time.time()
+            code, body = _get(url + "/server_info")
+            info = json.loads(body) if code == 200 else {}
+            (config_dir / "server_info.json").write_text(json.dumps(info, indent=2) + "\n")
+            for server in servers:
+                (server.directory / "host.json").write_text(json.dumps(host_facts(), indent=2) + "\n")
+            failure, times = _sweep_job(campaign, job, host=hosts[0], url=url, config_dir=config_dir)
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(timeout=10)
+    failed = Failure.from_json(failure) if failure else None
+    return JobStatus(
+        job=job.id,
+        repeats=job.repeats,
+        hosts=tuple(hosts),
+        failure=failed,
+        journal_tail=journal_tail(config_dir, failed, JOURNAL_EXCERPT_LINES),
+        ranks=tuple(
+            RankStatus(
+                server.rank, server.host, journal_tail(server.directory, failed, JOURNAL_EXCERPT_LINES)
+            )
+            for server in servers[1:]
+        ),
+        timeline={
+            "unit_started_at": unit_started_at,
+            "healthy_at": healthy_at,
+            "first_request_at": times.get("first_request_at"),
+            "last_point_ended_at": times.get("last_point_ended_at"),
+        },
+    )
+
+
+def write_job_statuses(run_dir: Path, campaign: Campaign, jobs: Sequence[tuple[str, JobStatus]]) -> None:
+    """Each config directory's status.json with the jobs (config, how it ended) that wrote into it."""
+    by_dir: dict[tuple[str, str], list[JobStatus]] = {}
+    for config, job in jobs:
+        by_dir.setdefault((job.hosts[0], config), []).append(job)
+    for (host, name), ended in by_dir.items():
+        status = ConfigStatus(
+            host=host,
+            config=name,
+            unit=campaign.configs[name].unit,
+            run_id=run_dir.name,
+            failure=None,
+            jobs=tuple(job.to_json() for job in ended),
+        )
+        write_status(run_dir / host / name, status)
+
+
+def build_fleet_run(
+    results_root: Path,
+    campaign: Campaign,
+    run_id: str,
+    *,
+    hosts: Sequence[str] = ("lab1", "lab2"),
+    placed: Mapping[str, Sequence[str]] | None = None,
+    facts: Mapping[str, Mapping[str, Any]] | None = None,
+    deviations: Mapping[str, Deviation] | None = None,
+) -> Path:
+    """``results_root/<campaign>/<run_id>`` of a campaign run over ``hosts`` (one pool), each job of the
+    plan run in its order on the hosts ``placed`` names for its id (rank 0 first), else on those the
+    queue's own algorithm gives it (``fairbench.fleet.queue.predict``).
+    ``facts``: fleet facts of a host that differ from FLEET_FACTS; a difference the campaign does not
+    accept stops the run, as the fleet's check does (ValueError)."""
+    run_dir = results_root / campaign.name / run_id
+    run_dir.mkdir(parents=True)
+    data = campaign_json(campaign)
+    (run_dir / CAMPAIGN_FILE).write_text(json.dumps(data, indent=2) + "\n")
+    pools = {PLAY_POOL: list(hosts)}
+    facts_by_host = {host: {**FLEET_FACTS, **(facts or {}).get(host, {})} for host in hosts}
+    equivalence = check_pools(facts_by_host, pools, campaign.accept_host_differences)
+    if not equivalence.ok:
+        raise ValueError(equivalence.message())
+    jobs = plan(data, pools, placement=campaign.placement)
+    queue = new_state(
+        placement=campaign.placement,
+        pools=pools,
+        jobs=jobs,
+        excluded={},
+        equivalence=equivalence.to_json(),
+        sticky={},
+    )
+    # Unless the test places a job, it runs where the queue would put it if every job took as long.
+    predicted = {job["id"]: job["hosts"] for led in predict(queue, hosts).values() for job in led}
+    ended = []
+    for job, queued in zip(jobs, queue["jobs"], strict=True):
+        on = tuple((placed or {}).get(job.id, ()) or predicted[job.id])
+        queued |= {"state": "running", "hosts": list(on), "claimed_at": time.time()}
+        status = run_job(campaign, job, on, run_dir, (deviations or {}).get(job.config, Deviation()))
+        ended.append((job.config, status))
+        reason = status.failure.reason if status.failure else None
+        queued |= {"state": FAILED if status.failure else OK, "reason": reason, "finished_at": time.time()}
+    write_job_statuses(run_dir, campaign, ended)
+    (run_dir / FLEET_FILE).write_text(json.dumps(queue, indent=2) + "\n")
     return run_dir
 
 
@@ -215,6 +493,16 @@ def brief_run(results_root: Path, run_id: str = "brief") -> Path:
         DEMO, configs=["tp8", "ep4"], workload=BRIEF_WORKLOAD, sim={"sim-time-scale": 0.02}
     )
     return build_run(results_root, campaign, run_id)
+
+
+def brief_campaign(
+    configs: list[str], *, fleet: Mapping[str, Any], nodes: Mapping[str, int] | None = None
+) -> Campaign:
+    """The demo campaign's ``configs``, measured as briefly as ``brief_run`` measures them, with the
+    fleet keys given."""
+    return campaign_from(
+        DEMO, configs=configs, workload=BRIEF_WORKLOAD, sim={"sim-time-scale": 0.02}, fleet=fleet, nodes=nodes
+    )
 
 
 def fairbench_report(*args: Path | str) -> subprocess.CompletedProcess[str]:

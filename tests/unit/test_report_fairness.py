@@ -22,7 +22,7 @@ from tests.support.report_files import CAMPAIGN, first_screen, lines, point
 from tests.support.results_tree import REPO, SERVING_ENVIRONMENT, fairbench_report
 
 from fairbench.hosts.gpu import facts_from
-from fairbench.report.document import setting_values
+from fairbench.report.formatting import setting_values
 from fairbench.sim.args import resolve
 from fairbench.sim.command import configure
 from fairbench.sim.server import SimServer
@@ -107,7 +107,13 @@ def write_run(root: Path) -> Path:
     run = root / "demo" / "run1"
     run.mkdir(parents=True)
     (run / "campaign.json").write_text(
-        json.dumps({**CAMPAIGN, "configs": {name: CAMPAIGN["configs"][name] for name in CONFIGS}})
+        json.dumps(
+            {
+                **CAMPAIGN,
+                "placement": "every-host",
+                "configs": {name: CAMPAIGN["configs"][name] for name in CONFIGS},
+            }
+        )
     )
     sweep = {"api": "completions", "concurrency": [1, 4], "gpus": None, "repeats": 1, "warmup": "1x"}
     for host in HOSTS:
@@ -153,16 +159,17 @@ def test_the_first_screen_names_each_threat_with_every_configs_value_and_what_wa
     report: str,
 ) -> None:
     threats, unchecked, problems, _repeats = alerts(report)
-    # Threats in the order the pairs first show them, each config with its own value; ep4@lab2 has no
+    # Threats in the order the pairs first show them (the configs of each host, then each config on both
+    # hosts), each config with its own value: tp8@lab1 and ep4@lab2 are never compared; ep4@lab2 has no
     # readable host.json, so no driver or kernel. Addresses, ports, host names and GPU UUIDs differ too,
     # and are not compared; ep-size is declared; lab2's tp8 KV cache is derived.
     assert threats.splitlines() == [
         "> [!CAUTION]",
         "> **Not a fair comparison: 3 setting(s) differ between configs without the campaign declaring "
         "them.**",
-        "> - host `gpu.driver_version`: tp8@lab1, ep4@lab1: `580.159.04`; tp8@lab2: `580.95.05`",
-        "> - host `kernel`: tp8@lab1, ep4@lab1: `6.8.0-87-generic`; tp8@lab2: `6.8.0-90-generic`",
-        "> - server `trust_remote_code`: tp8@lab1, ep4@lab1, tp8@lab2: `true`; ep4@lab2: `1`",
+        "> - server `trust_remote_code`: tp8@lab2, ep4@lab1: `true`; ep4@lab2: `1`",
+        "> - host `gpu.driver_version`: tp8@lab1: `580.159.04`; tp8@lab2: `580.95.05`",
+        "> - host `kernel`: tp8@lab1: `6.8.0-87-generic`; tp8@lab2: `6.8.0-90-generic`",
     ]
     assert unchecked.splitlines() == [
         "> [!WARNING]",

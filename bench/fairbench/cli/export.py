@@ -5,7 +5,8 @@ lines left out and named), by host, then config in the campaign's order, then in
 columns: the identity first (measure.results.IDENTITY_KEYS, as the report places the point: campaign.json's
 name, the run directory's name, the host and config directories), then every other key a point holds, in
 the order first met. An object or a list (``gpu_energy_per_gpu_j``, ``supersedes``) is its JSON text; a key a
-point lacks is an empty cell (CSV) or null (Parquet).
+point lacks is an empty cell (CSV) or null (Parquet). A config whose repeats ran on several hosts
+(``placement: spread``) has rows from each host directory, each row naming the host that measured it.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from pathlib import Path
 from fairbench.report.blocks import Block
 from fairbench.report.differences import config_differences, run_differences
 from fairbench.report.document import comparison_blocks, run_blocks
+from fairbench.report.formatting import labeller
 from fairbench.report.html import render_html
 from fairbench.report.load import Run
 from fairbench.report.markdown import render_markdown
@@ -19,15 +20,22 @@ PLOTS_DIR = "plots"
 
 
 def _lines(runs: Sequence[Run], headlines: Sequence[Sequence[Headline]]) -> list[Line]:
-    """One plot line per config, host and run: colour by config, line style by host and run."""
-    configs = list(dict.fromkeys(name for run in runs for name in run.campaign["configs"]))
-    hosts = list(dict.fromkeys(result.host for run in runs for result in run.results))
+    """One plot line per config (per host, where a run compares hosts) and run: colour by config, line
+    style by host and run."""
+    configs = list(dict.fromkeys(config for run in runs for config in run.campaign["configs"]))
+    name = labeller(runs)
+
+    def host_of(line: Headline) -> str:
+        """The host a line's label names; "" where it names none (a config merged over its hosts)."""
+        return line.result.host if name(line.result) != line.result.name else ""
+
+    hosts = list(dict.fromkeys(host_of(line) for run_lines in headlines for line in run_lines))
     lines = []
     for run_index, (run, run_lines) in enumerate(zip(runs, headlines, strict=True)):
         for line in run_lines:
             result = line.result
-            label = result.name if len(hosts) == 1 else f"{result.name}@{result.host}"
-            style_index = run_index * len(hosts) + hosts.index(result.host)
+            label = name(result)
+            style_index = run_index * len(hosts) + hosts.index(host_of(line))
             lines.append(
                 Line(
                     label=label if len(runs) == 1 else f"{label} ({run.run_id})",
@@ -40,7 +48,8 @@ def _lines(runs: Sequence[Run], headlines: Sequence[Sequence[Headline]]) -> list
 
 
 def headlines(runs: Sequence[Run]) -> list[list[Headline]]:
-    return [[headline(result) for result in run.results] for run in runs]
+    """Each run's configs' headlines (``Run.configs``)."""
+    return [[headline(config) for config in run.configs] for run in runs]
 
 
 def report_blocks(

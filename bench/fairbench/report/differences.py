@@ -13,10 +13,17 @@ A difference is *intended* when the campaign declared it: between two configs of
 either config sets or unsets differently from ``common`` (campaign.json's ``declared`` and ``unset``);
 between two runs, a key whose value differs between the two runs' campaign.json. A server field is
 matched to a declared SGLang flag by argparse's rule (``--ep-size`` is ``ep_size``), nested fields
-included (``--cuda-graph-config`` covers ``cuda_graph_config.decode.backend``). *Derived* differences
+included (``--cuda-graph-config`` covers ``cuda_graph_config.decode.backend``); two configs whose
+``nodes`` differ declare the fields that follow from it (``NODES_FIELDS``). *Derived* differences
 are values the server computes from its GPUs' memory and the parallel layout, unless a flag that sets
 the value explicitly differs between the two launch commands without the campaign declaring it. Every
 other difference is a *threat* to the comparison.
+
+Which pairs are compared follows the run's placement: under ``spread`` every pair of configs, each merged
+over its hosts, with the settings files of its first directory (its rank-0 host's); under ``every-host``
+every pair of configs on one host, and each config on every pair of its hosts (the hardware comparison).
+A host fact the campaign accepted differing between the hosts of a pool (fleet.json's
+``equivalence.accepted``) is a threat to every pair whose hosts do not all agree on it.
 
 ``/server_info`` also lists each DP rank's scheduler state (``internal_states``): the settings as that
 scheduler resolved them (a ``/set_internal_state`` override included), then its own figures. A rank's
@@ -27,13 +34,16 @@ of the same name; elsewhere it repeats it, and counts as that value.
 from __future__ import annotations
 
 import itertools
+import json
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
-from fairbench.report.load import ConfigResult, Run
+from fairbench.campaign.model import DEFAULT_NODES, EVERY_HOST, SPREAD
+from fairbench.report.fleet_file import Fleet
+from fairbench.report.load import ConfigResult, ConfigRun, Run
 
 SOURCES = ("server", "environment", "host", "sweep")
 SOURCE_FILES = {
@@ -69,6 +79,9 @@ IGNORED_FIELDS: dict[str, dict[str, str]] = {
         "sim.scheduler": "the simulator's model, derived from the SGLang flags compared as fields",
         "sim.modelled_flags": "the simulator's own list, the same for every server of one version",
         "sim.not_modelled_flags": "which set flags the simulator ignores: follows from the flags compared",
+        "dist_init_addr": "where the nodes of a server over several hosts meet: rank 0's address and a "
+        "free port, set per start by the serving role",
+        "node_rank": "which node of its server a host is: set per host by the serving role",
     },
     "host": {
         "hostname": "names the host: two hosts differ in it by definition",
@@ -148,6 +161,10 @@ SIM_FLAG_FIELDS = {
 }
 """The simulator's own flags and the /server_info fields that report them."""
 
+NODES_FIELDS = ("nnodes", "sim.nodes")
+"""The /server_info fields a config's ``nodes`` sets: fairbench renders ``--nnodes`` from it, and the
+simulator reports its nodes under ``sim.nodes``."""
+
 ABSENT = "(absent)"
 """Stands in for a setting one side does not have."""
 
@@ -160,6 +177,8 @@ class Declared:
     env: frozenset[str] = frozenset()
     sim: frozenset[str] = frozenset()
     workload: bool = False
+    nodes: bool = False
+    """Whether the two sides' ``nodes`` (the hosts one server spans) differ."""
 
     def covers(self, source: str, name: str) -> bool:
         if source == "environment":
@@ -170,6 +189,7 @@ class Declared:
             return False
         fields = [key.replace("-", "_") for key in self.args]
         fields += [SIM_FLAG_FIELDS[key] for key in self.sim if key in SIM_FLAG_FIELDS]
+        fields += list(NODES_FIELDS) if self.nodes else []
         return _matches(fields, setting_name(name))
 
 
@@ -198,12 +218,26 @@ class Lacking:
 
 
 @dataclass(frozen=True)
+class AcceptedDifference:
+    """A host fact the campaign accepted differing between the hosts of a pool (fleet.json), touching one
+    comparison: the hosts of its two sides do not all agree on it."""
+
+    pool: str
+    fact: str
+    values_a: dict[str, Any]
+    """Each host of side A that the pool's check saw -> its value."""
+    values_b: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class PairDifferences:
     a: ConfigResult
     b: ConfigResult
     differences: list[SettingDifference]
     not_compared: list[Lacking]
     """Each source missing on either side: none of its settings were compared."""
+    accepted: list[AcceptedDifference] = field(default_factory=list)
+    """The accepted host differences that touch the pair: threats, though declared."""
 
     def with_verdict(self, verdict: str) -> list[SettingDifference]:
         return [difference for difference in self.differences if difference.verdict == verdict]
@@ -360,7 +394,8 @@ def _keys(entry: Mapping[str, Any], part: str, section: str) -> set[str]:
 
 
 def declared_between_configs(run: Run, a: str, b: str) -> Declared:
-    """What sets config ``a`` and config ``b`` apart by the campaign: their own args, env and unset keys."""
+    """What sets config ``a`` and config ``b`` apart by the campaign: their own args, env and unset keys,
+    and the hosts their servers span."""
     entries = [run.declared(a), run.declared(b)]
 
     def section_keys(section: str) -> frozenset[str]:
@@ -368,7 +403,16 @@ def declared_between_configs(run: Run, a: str, b: str) -> Declared:
             key for entry in entries for part in ("declared", "unset") for key in _keys(entry, part, section)
         )
 
-    return Declared(args=section_keys("args"), env=section_keys("env"), sim=section_keys("sim"))
+    return Declared(
+        args=section_keys("args"),
+        env=section_keys("env"),
+        sim=section_keys("sim"),
+        nodes=_nodes(entries[0]) != _nodes(entries[1]),
+    )
+
+
+def _nodes(entry: Mapping[str, Any]) -> int:
+    return int(entry.get("nodes", DEFAULT_NODES))
 
 
 def declared_between_runs(run_a: Run, run_b: Run, config: str) -> Declared:
@@ -386,24 +430,79 @@ def declared_between_runs(run_a: Run, run_b: Run, config: str) -> Declared:
         env=changed("env"),
         sim=changed("sim"),
         workload=run_a.campaign.get("workload") != run_b.campaign.get("workload"),
+        nodes=_nodes(entry_a) != _nodes(entry_b),
+    )
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def accepted_between(
+    fleet: Fleet | None, hosts_a: Sequence[str], hosts_b: Sequence[str]
+) -> list[AcceptedDifference]:
+    """The accepted host differences of ``fleet`` on which the hosts of two sides do not all agree."""
+    found = []
+    for difference in fleet.accepted if fleet else ():
+        values_a, values_b = (
+            {host: difference.values[host] for host in hosts if host in difference.values}
+            for hosts in (hosts_a, hosts_b)
+        )
+        if len({_json(value) for value in [*values_a.values(), *values_b.values()]}) > 1:
+            found.append(AcceptedDifference(difference.pool, difference.fact, values_a, values_b))
+    return found
+
+
+def config_pairs(run: Run) -> list[tuple[ConfigRun, ConfigRun]]:
+    """The pairs of configs the run compares, in its order: under spread every pair, else every pair on
+    one host."""
+    pairs = itertools.combinations(run.configs, 2)
+    return [(a, b) for a, b in pairs if run.placement == SPREAD or a.host == b.host]
+
+
+def host_pairs(run: Run) -> list[tuple[ConfigRun, ConfigRun]]:
+    """Under every-host, each config on every pair of its hosts (the hardware comparison); else none."""
+    if run.placement == SPREAD:
+        return []
+    pairs = itertools.combinations(run.configs, 2)
+    return [(a, b) for a, b in pairs if a.name == b.name and a.host != b.host]
+
+
+def _compared(a: ConfigRun, b: ConfigRun, declared: Declared, fleet: Fleet | None) -> PairDifferences:
+    pair = compare_settings(a.files, b.files, declared)
+    return PairDifferences(
+        pair.a, pair.b, pair.differences, pair.not_compared, accepted_between(fleet, a.hosts, b.hosts)
     )
 
 
 def config_differences(run: Run) -> list[PairDifferences]:
-    """Every pair of config results of one run (configs and hosts), in the run's order."""
+    """Every pair the run compares (``config_pairs``, then ``host_pairs``), in the run's order. Between two
+    hosts of one config the campaign declared nothing."""
     return [
-        compare_settings(a, b, declared_between_configs(run, a.name, b.name))
-        for a, b in itertools.combinations(run.results, 2)
-    ]
+        _compared(a, b, declared_between_configs(run, a.name, b.name), run.fleet)
+        for a, b in config_pairs(run)
+    ] + [_compared(a, b, Declared(), run.fleet) for a, b in host_pairs(run)]
+
+
+def matched_configs(run_a: Run, run_b: Run) -> list[tuple[ConfigRun, ConfigRun]]:
+    """Each config of run A with the same config of run B: the same host and config when both ran every
+    config on every host, else the same config, merged over its hosts."""
+    by_host = run_a.placement == run_b.placement == EVERY_HOST
+
+    def key(config: ConfigRun) -> tuple[str, str]:
+        return (config.host if by_host else "", config.name)
+
+    in_b: dict[tuple[str, str], ConfigRun] = {}
+    for config in run_b.configs:
+        in_b.setdefault(key(config), config)
+    return [(a, in_b[key(a)]) for a in run_a.configs if key(a) in in_b]
 
 
 def run_differences(run_a: Run, run_b: Run) -> list[PairDifferences]:
-    """Each host/config present in both runs against itself."""
-    in_b = {(result.host, result.name): result for result in run_b.results}
+    """Each config present in both runs against itself (``matched_configs``)."""
     return [
-        compare_settings(a, in_b[(a.host, a.name)], declared_between_runs(run_a, run_b, a.name))
-        for a in run_a.results
-        if (a.host, a.name) in in_b
+        compare_settings(a.files, b.files, declared_between_runs(run_a, run_b, a.name))
+        for a, b in matched_configs(run_a, run_b)
     ]
 
 
@@ -425,3 +524,27 @@ def threats(pairs: Iterable[PairDifferences]) -> list[Threat]:
             values[id(pair.a)] = (pair.a, difference.value_a)
             values[id(pair.b)] = (pair.b, difference.value_b)
     return [Threat(source, name, list(values.values())) for (source, name), values in found.items()]
+
+
+@dataclass(frozen=True)
+class AcceptedThreat:
+    """One accepted host difference, with every host's value among the pairs it touches and those pairs."""
+
+    pool: str
+    fact: str
+    values: dict[str, Any]
+    """Host -> value."""
+    pairs: list[PairDifferences]
+
+
+def accepted_threats(pairs: Iterable[PairDifferences]) -> list[AcceptedThreat]:
+    """The accepted host differences touching any of ``pairs``, each once, in the order pairs show them."""
+    found: dict[tuple[str, str], AcceptedThreat] = {}
+    for pair in pairs:
+        for difference in pair.accepted:
+            threat = found.setdefault(
+                (difference.pool, difference.fact), AcceptedThreat(difference.pool, difference.fact, {}, [])
+            )
+            threat.values.update({**difference.values_a, **difference.values_b})
+            threat.pairs.append(pair)
+    return list(found.values())

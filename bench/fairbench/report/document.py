@@ -1,87 +1,39 @@
 """What the report says, in order, as blocks: the first screen holds the verdict on fairness (threats,
 failed configs, campaign warnings, confidence), then the headline table; details follow.
 
-One run: ``run_blocks``. Two runs of one campaign side by side: ``comparison_blocks``.
+One run: ``run_blocks``. Two runs of one campaign side by side: ``comparison_blocks``. What a config is
+follows the run's placement (``Run.configs``): under ``spread`` a config merged over its hosts, named by
+its name alone, with a hosts column; under ``every-host`` a config on one host, compared with the
+configs of that host only, and with itself on the other hosts in the Hardware section.
 """
 
 from __future__ import annotations
 
-import json
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from fairbench.campaign.model import SPREAD
 from fairbench.report.blocks import Alert, Block, BulletList, Figure, Heading, Paragraph, Preformatted, Table
-from fairbench.report.differences import IGNORED_FIELDS, PairDifferences, Threat, threats
-from fairbench.report.figures import (
-    ENERGY_COLUMNS,
-    LEVEL_COLUMNS,
-    THROUGHPUT,
-    TOKENS_PER_JOULE,
-    non_finite_text,
+from fairbench.report.differences import IGNORED_FIELDS, PairDifferences, Threat, matched_configs, threats
+from fairbench.report.figures import ENERGY_COLUMNS, LEVEL_COLUMNS, THROUGHPUT, TOKENS_PER_JOULE
+from fairbench.report.fleet_blocks import (
+    accepted_alert,
+    accepted_rows,
+    fleet_alerts,
+    hardware_blocks,
+    hosts_cell,
+    overhead_blocks,
+    repeats_note,
 )
-from fairbench.report.load import ConfigResult, Run
-from fairbench.report.stats import Comparison, Estimate
+from fairbench.report.formatting import Label, change, figure, labeller, setting_values
+from fairbench.report.load import ConfigResult, ConfigRun, Job, Run
 from fairbench.report.summary import Headline, Level, compare_of, estimate_of, pairwise
-
-Label = Callable[[ConfigResult], str]
-
-
-# --- formatting ------------------------------------------------------------------------------------------
-
 
 MISSING_FIGURE = (
     "`-`: not measured: the points lack the figure, or it is a latency (or the per-user speed) of a level "
     "where no request completed."
 )
-
-
-def figure(value: Estimate | None, digits: int = 1) -> str:
-    """``1,234.5``, or ``1,234.5 ± 6.7`` (95 % CI) with repeats; ``-`` for no value; ``NaN`` or ``inf``
-    for a value that is not finite (the first screen names its point)."""
-    if value is None:
-        return "-"
-    if not math.isfinite(value.mean):
-        return non_finite_text(value.mean)
-    text = f"{value.mean:,.{digits}f}"
-    return text if value.half_width is None else f"{text} ± {value.half_width:,.{digits}f}"
-
-
-def setting_value(value: Any) -> str:
-    if value is None:
-        return "none"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, separators=(",", ":"))
-
-
-def setting_values(values: Sequence[Any]) -> list[str]:
-    """Each value as :func:`setting_value` shows it, unless two that differ would look alike (``8`` and
-    ``"8"``, ``none`` and ``"none"``): then each as JSON, where a string has its quotes."""
-    shown = [setting_value(value) for value in values]
-    typed = [json.dumps(value, separators=(",", ":"), default=str) for value in values]
-    return shown if len(set(shown)) == len(set(typed)) else typed
-
-
-def change(comparison: Comparison | None) -> str:
-    """``+12.3 % (significant)``, ``-0.4 % (within noise)``, or untested with one repeat; not compared
-    where a value is not finite."""
-    if comparison is None:
-        return "not compared (a value is NaN or infinite)"
-    amount = "from 0" if math.isinf(comparison.relative_pct) else f"{comparison.relative_pct:+.1f} %"
-    if comparison.significant is None:
-        return f"{amount} (one repeat: not tested)"
-    return f"{amount} ({'significant' if comparison.significant else 'within noise'})"
-
-
-def _labeller(results: Sequence[ConfigResult]) -> Label:
-    """Configs by name alone when one host ran them all, else ``config@host``."""
-    if len({result.host for result in results}) <= 1:
-        return lambda result: result.name
-    return lambda result: f"{result.name}@{result.host}"
 
 
 # --- the first screen ------------------------------------------------------------------------------------
@@ -113,7 +65,8 @@ def _unchecked(pairs: Sequence[PairDifferences], label: Label) -> list[str]:
 
 def _fairness_alerts(pairs: Sequence[PairDifferences], label: Label, title: str) -> list[Alert]:
     """The verdict: the undeclared differences, and the settings that could not be compared at all; no
-    undeclared differences only when every setting was compared."""
+    undeclared differences only when every setting was compared. Beside it, the host differences the
+    campaign accepted that touch a pair: declared, and still threats."""
     found, unchecked = threats(pairs), _unchecked(pairs, label)
     alerts = [_threat_alert(found, label, title)] if found else []
     if unchecked:
@@ -125,15 +78,18 @@ def _fairness_alerts(pairs: Sequence[PairDifferences], label: Label, title: str)
                 unchecked,
             )
         )
-    return alerts or [
+    alerts = alerts or [
         Alert("note", "No undeclared differences: every setting that differs was declared by the campaign.")
     ]
+    accepted = accepted_alert(pairs, label)
+    return [accepted, *alerts] if accepted else alerts
 
 
-def _file_alerts(results: Sequence[ConfigResult]) -> list[Alert]:
+def _file_alerts(runs: Sequence[Run]) -> list[Alert]:
     """What of the results files could not be used (the rest is shown), and incomplete last lines."""
-    problems = [problem for result in results for problem in result.problems]
-    notes = [note for result in results for note in result.notes]
+    problems = [problem for run in runs for result in run.results for problem in result.problems]
+    problems += [problem for run in runs for config in run.configs for problem in config.problems]
+    notes = [note for run in runs for result in run.results for note in result.notes]
     alerts = []
     if problems:
         alerts.append(
@@ -148,16 +104,44 @@ def _file_alerts(results: Sequence[ConfigResult]) -> list[Alert]:
     return alerts
 
 
-def _failed_alert(results: Sequence[ConfigResult], label: Label) -> Alert | None:
-    failed = [result for result in results if not result.ok]
+def _failures(config: ConfigRun) -> list[tuple[ConfigResult, Job | None]]:
+    """Each directory of a config that did not finish, with each of its jobs that failed; a directory
+    whose status names no failed job (missing, unreadable, or an older status.json) once, without one."""
+    found: list[tuple[ConfigResult, Job | None]] = []
+    for part in config.parts:
+        if not part.ok:
+            failed = [job for job in part.jobs if not job.ok]
+            found += [(part, job) for job in failed] or [(part, None)]
+    return found
+
+
+def _stage_and_reason(part: ConfigResult, job: Job | None) -> tuple[object, object]:
+    if job is not None:
+        return job.stage, job.reason
+    return part.status.get("stage"), part.status.get("reason")
+
+
+def _job_text(config: ConfigRun, job: Job | None) -> str:
+    """`` (job `tp8#r1` on lab2)`` where the config ran as several jobs; else nothing."""
+    if job is None or not job.recorded or len(config.jobs) < 2:
+        return ""
+    return f" (job `{job.id}` on {' + '.join(job.hosts)})"
+
+
+def _failed_alert(configs: Sequence[ConfigRun], label: Label) -> Alert | None:
+    failed = [config for config in configs if not config.ok]
     if not failed:
         return None
-    items = [
-        f"**{label(result)}**: {result.state}"
-        + (f" at stage `{result.status['stage']}`" if result.status.get("stage") else "")
-        + (f": {result.status['reason']}" if result.status.get("reason") else "")
-        for result in failed
-    ]
+    items = []
+    for config in failed:
+        part, job = _failures(config)[0]
+        stage, reason = _stage_and_reason(part, job)
+        items.append(
+            f"**{label(config)}**: {config.state}"
+            + (f" at stage `{stage}`" if stage else "")
+            + _job_text(config, job)
+            + (f": {reason}" if reason else "")
+        )
     return Alert("warning", f"{len(failed)} config(s) did not finish: see Failed configs below.", items)
 
 
@@ -184,10 +168,11 @@ def _first_screen(run: Run, pairs: Sequence[PairDifferences], label: Label) -> l
             "declaring them.",
         )
     ]
-    failed = _failed_alert(run.results, label)
+    failed = _failed_alert(run.configs, label)
     if failed:
         blocks.append(failed)
-    blocks += _file_alerts(run.results)
+    blocks += fleet_alerts(run)
+    blocks += _file_alerts([run])
     if run.campaign.get("warnings"):
         blocks.append(Alert("warning", "The campaign's own warnings:", list(run.campaign["warnings"])))
     blocks.append(_confidence_alert(int(run.campaign["workload"].get("repeats", 1))))
@@ -210,9 +195,12 @@ def _at(line: Headline, level: Level | None, key: str, digits: int = 1) -> str:
     return figure(level.estimate(key) if level else None, digits)
 
 
-def headline_table(headlines: Sequence[Headline], label: Label) -> Table:
+def headline_table(headlines: Sequence[Headline], label: Label, *, hosts: bool = False) -> Table:
+    """One row per config; ``hosts``: with the hosts each ran on (spread), and what that does to its
+    intervals."""
     header = [
         "config",
+        *(["hosts"] if hosts else []),
         "status",
         "out tok/s at lowest C",
         "peak out tok/s",
@@ -232,9 +220,11 @@ def headline_table(headlines: Sequence[Headline], label: Label) -> Table:
         first, peak = line.first, line.peak
         per_gpu = line.per_gpu(peak) if peak else []
         energy_cells = [_at(line, peak, TOKENS_PER_JOULE, 2)] if energy else []
+        note = repeats_note(line.result)
         rows.append(
             [
                 label(line.result),
+                *([hosts_cell(line.result) + (f" ({note})" if note else "")] if hosts else []),
                 line.result.state,
                 (f"C={first.concurrency}: " if first and first.concurrency != 1 else "")
                 + _at(line, first, THROUGHPUT),
@@ -249,7 +239,8 @@ def headline_table(headlines: Sequence[Headline], label: Label) -> Table:
                 *energy_cells,
             ]
         )
-    return Table(header, rows, [False, False, *[True] * (len(header) - 2)])
+    labels = 3 if hosts else 2
+    return Table(header, rows, [*[False] * labels, *[True] * (len(header) - labels)])
 
 
 def _has_energy(points: Sequence[dict[str, Any]]) -> bool:
@@ -267,9 +258,10 @@ def level_table(line: Headline) -> Table:
     return Table(header, rows, [True] * len(header))
 
 
-def _comparison_list(headlines: Sequence[Headline], label: Label) -> BulletList:
+def _comparison_list(headlines: Sequence[Headline], label: Label, *, same_host: bool) -> BulletList:
+    """Every pair of configs (``same_host``: of configs on one host), output throughput A against B."""
     by_pair: dict[tuple[int, int], list[str]] = {}
-    for pair in pairwise(headlines):
+    for pair in pairwise(headlines, (lambda line: line.result.host) if same_host else None):
         level_a, level_b = pair.a.level(pair.figure), pair.b.level(pair.figure)
         where = f"C={level_a.concurrency}" if pair.figure == "first" else "peak"
         if pair.figure == "peak":
@@ -290,15 +282,15 @@ def difference_blocks(pairs: Sequence[PairDifferences], label: Label, heading_le
     identical = []
     for pair in pairs:
         title = f"{label(pair.a)} vs {label(pair.b)}"
-        if not pair.differences and not pair.not_compared:
+        if not pair.differences and not pair.not_compared and not pair.accepted:
             identical.append(title)
             continue
         blocks.append(Heading(heading_level, title))
         if pair.not_compared:
             lacking = [f"{item.source} ({item.why} for {label(item.result)})" for item in pair.not_compared]
             blocks.append(Paragraph("Not compared: " + "; ".join(lacking) + "."))
-        if pair.differences:
-            rows = [
+        if pair.differences or pair.accepted:
+            rows = accepted_rows(pair.accepted) + [
                 [
                     difference.verdict.upper() if difference.verdict == "threat" else difference.verdict,
                     difference.source,
@@ -323,67 +315,129 @@ def ignored_fields_table() -> Table:
     return Table(["source", "field", "why it is not compared"], rows, [False, False, False])
 
 
-def _differences_intro(between: str) -> Paragraph:
+MERGED_NOTE = "A config that ran on several hosts is compared by the files of its first (rank-0) host."
+ACCEPTED_NOTE = (
+    "**fleet (accepted)**: a host fact the campaign accepted differing between the hosts of a pool "
+    "(fleet.json), on which the pair's hosts do not agree."
+)
+
+
+def _differences_intro(between: str, notes: Sequence[str] = ()) -> Paragraph:
     return Paragraph(
-        f"Every effective setting that differs {between}: the server's `/server_info` (defaults included), "
-        "the unit's `Environment=` lines, host.json and sweep.json. **intended**: declared in campaign.json; "
-        "**derived**: computed by the server from its GPUs' memory; **THREAT**: anything else."
+        " ".join(
+            [
+                f"Every effective setting that differs {between}: the server's `/server_info` (defaults "
+                "included), the unit's `Environment=` lines, host.json and sweep.json. **intended**: "
+                "declared in campaign.json; **derived**: computed by the server from its GPUs' memory; "
+                "**THREAT**: anything else.",
+                *notes,
+            ]
+        )
     )
 
 
 # --- failures --------------------------------------------------------------------------------------------
 
 
-def failure_blocks(results: Sequence[ConfigResult], label: Label) -> list[Block]:
+def _rank_journals(part: ConfigResult, job: Job) -> list[Block]:
+    """Each rank >= 1's journal excerpt: status.json's, else the one in its ranks/<host>/ directory."""
+    saved = {rank.host: rank.journal_excerpt for rank in part.ranks}
+    ranks = [
+        (rank.rank, rank.host, list(rank.journal_tail) or saved.get(rank.host, [])) for rank in job.ranks
+    ]
+    if not ranks:
+        ranks = [(index, host, saved.get(host, [])) for index, host in enumerate(job.hosts) if index]
+    return [
+        block
+        for rank, host, lines in ranks
+        if lines
+        for block in (Paragraph(f"Journal excerpt of rank {rank} ({host}):"), Preformatted("\n".join(lines)))
+    ]
+
+
+def _failure_items(part: ConfigResult, job: Job | None) -> list[str]:
+    """What a failure's block lists: the job (where status.json records jobs), its stage and reason, the
+    directory, and the points it measured."""
+    stage, reason = _stage_and_reason(part, job)
+    recorded = job if job is not None and job.recorded else None
+    measured = [point for point in part.points if recorded is None or point["repeat"] in recorded.repeats]
+    items = []
+    if recorded:
+        repeats = ", ".join(map(str, recorded.repeats))
+        items.append(f"job: `{recorded.id}`, repeats {repeats}, on {' + '.join(recorded.hosts)}")
+    return [
+        *items,
+        f"stage: `{stage or 'unknown'}`",
+        f"reason: {reason or 'no reason recorded'}",
+        f"results: `{part.path}`",
+        f"points: {len(measured)}",
+    ]
+
+
+def failure_blocks(configs: Sequence[ConfigRun], label: Label) -> list[Block]:
     blocks: list[Block] = []
-    for result in results:
-        if result.ok:
+    for config in configs:
+        if config.ok:
             continue
-        blocks.append(Heading(3, f"{label(result)}: {result.state}"))
-        stage = result.status.get("stage") or "unknown"
-        reason = result.status.get("reason") or "no reason recorded"
-        blocks.append(
-            BulletList(
-                [
-                    f"stage: `{stage}`",
-                    f"reason: {reason}",
-                    f"results: `{result.path}`",
-                    f"points: {len(result.points)}",
-                ]
-            )
-        )
-        if result.journal_excerpt:
-            blocks += [Paragraph("Journal excerpt:"), Preformatted("\n".join(result.journal_excerpt))]
-        else:
-            blocks.append(Paragraph("No journal excerpt was saved."))
+        blocks.append(Heading(3, f"{label(config)}: {config.state}"))
+        for part, job in _failures(config):
+            blocks.append(BulletList(_failure_items(part, job)))
+            # A recorded job quotes its own journal; journal.log beside it is the directory's last job's.
+            journal = list(job.journal_tail) if job is not None else part.journal_excerpt
+            if journal:
+                blocks += [Paragraph("Journal excerpt:"), Preformatted("\n".join(journal))]
+            else:
+                blocks.append(Paragraph("No journal excerpt was saved."))
+            if job is not None:
+                blocks += _rank_journals(part, job)
     return blocks
 
 
 # --- the reports -----------------------------------------------------------------------------------------
 
 
+def _level_blocks(headlines: Sequence[Headline], label: Label) -> list[Block]:
+    blocks: list[Block] = [Heading(2, "Every concurrency level"), Paragraph(MISSING_FIGURE)]
+    for line in headlines:
+        note = repeats_note(line.result)
+        blocks += [
+            Heading(3, label(line.result)),
+            *([Paragraph(f"{hosts_cell(line.result)}: {note}.")] if note else []),
+            level_table(line) if line.levels else Paragraph("No points."),
+        ]
+    return blocks
+
+
 def run_blocks(
     run: Run, headlines: Sequence[Headline], pairs: Sequence[PairDifferences], plots: Sequence[Path]
 ) -> list[Block]:
-    label = _labeller(run.results)
+    label = labeller([run])
+    spread = run.placement == SPREAD
+    hardware = not spread and len({config.host for config in run.configs}) > 1
     blocks: list[Block] = [Heading(1, f"{run.name}: run {run.run_id}"), _campaign_line(run)]
     blocks += _first_screen(run, pairs, label)
-    blocks += [Heading(2, "Headline"), headline_table(headlines, label)]
-    blocks += [Heading(3, "Comparisons"), _comparison_list(headlines, label)]
+    blocks += [Heading(2, "Headline"), headline_table(headlines, label, hosts=spread)]
+    blocks += [Heading(3, "Comparisons"), _comparison_list(headlines, label, same_host=not spread)]
+    if hardware:
+        blocks += hardware_blocks(headlines, label)
     blocks += [
         Heading(2, "Plots"),
         *(Figure(path, _PLOT_CAPTIONS.get(path.name, path.stem)) for path in plots),
     ]
-    blocks += [Heading(2, "What differed"), _differences_intro("between each pair of configs (and hosts)")]
+    between = (
+        "between the configs of each host, and between the hosts of each config"
+        if hardware
+        else "between each pair of configs"
+        if spread
+        else "between each pair of configs (and hosts)"
+    )
+    notes = ([MERGED_NOTE] if spread else []) + ([ACCEPTED_NOTE] if run.fleet and run.fleet.accepted else [])
+    blocks += [Heading(2, "What differed"), _differences_intro(between, notes)]
     blocks += difference_blocks(pairs, label, 3)
     blocks += [Heading(3, "Not compared, and why"), ignored_fields_table()]
-    blocks += [Heading(2, "Every concurrency level"), Paragraph(MISSING_FIGURE)]
-    for line in headlines:
-        blocks += [
-            Heading(3, label(line.result)),
-            level_table(line) if line.levels else Paragraph("No points."),
-        ]
-    failures = failure_blocks(run.results, label)
+    blocks += _level_blocks(headlines, label)
+    blocks += overhead_blocks(run)
+    failures = failure_blocks(run.configs, label)
     if failures:
         blocks += [Heading(2, "Failed configs"), *failures]
     return blocks
@@ -403,14 +457,16 @@ def comparison_blocks(
     pairs: Sequence[PairDifferences],
     plots: Sequence[Path],
 ) -> list[Block]:
-    """Run B against run A: the same config on the same host, side by side, and what differed between them."""
-    label = _labeller([*run_a.results, *run_b.results])
+    """Run B against run A: the same config (on the same host, where both ran every config on every
+    host), side by side, and what differed between them."""
+    label = labeller([run_a, run_b])
 
     def in_run(run: Run) -> Label:
         return lambda result: f"{label(result)} ({run.run_id})"
 
-    def owner(result: ConfigResult) -> str:
-        return in_run(run_a if any(result is other for other in run_a.results) else run_b)(result)
+    def owner(result: ConfigRun | ConfigResult) -> str:
+        mine = [*run_a.results, *run_a.configs]
+        return in_run(run_a if any(result is other for other in mine) else run_b)(result)
 
     blocks: list[Block] = [Heading(1, f"{run_b.name}: run {run_b.run_id} against run {run_a.run_id}")]
     blocks += (
@@ -425,17 +481,18 @@ def comparison_blocks(
         "change under test, the comparison measures it; any other is a threat.",
     )
     for run in (run_a, run_b):
-        failed = _failed_alert(run.results, in_run(run))
+        failed = _failed_alert(run.configs, in_run(run))
         if failed:
             blocks.append(failed)
-    blocks += _file_alerts([*run_a.results, *run_b.results])
+        blocks += fleet_alerts(run)
+    blocks += _file_alerts([run_a, run_b])
     repeats = min(int(run.campaign["workload"].get("repeats", 1)) for run in (run_a, run_b))
     blocks.append(_confidence_alert(repeats))
-    in_b = {(line.result.host, line.result.name): line for line in headlines[1]}
+    line_of = {id(line.result): line for lines in headlines for line in lines}
     rows = []
-    for line_a in headlines[0]:
-        line_b = in_b.get((line_a.result.host, line_a.result.name))
-        if line_b is None:
+    for config_a, config_b in matched_configs(run_a, run_b):
+        line_a, line_b = line_of.get(id(config_a)), line_of.get(id(config_b))
+        if line_a is None or line_b is None:
             continue
         row = [label(line_a.result), f"{line_a.result.state} / {line_b.result.state}"]
         for figure_name in ("first", "peak"):
@@ -468,8 +525,9 @@ def comparison_blocks(
     blocks += difference_blocks(pairs, owner, 3)
     blocks += [Heading(3, "Not compared, and why"), ignored_fields_table()]
     for run, lines in zip((run_a, run_b), headlines, strict=True):
-        blocks += [Heading(2, f"Headline of run {run.run_id}"), headline_table(lines, label)]
-        failures = failure_blocks(run.results, label)
+        spread = run.placement == SPREAD
+        blocks += [Heading(2, f"Headline of run {run.run_id}"), headline_table(lines, label, hosts=spread)]
+        failures = failure_blocks(run.configs, label)
         if failures:
             blocks += [Heading(3, f"Failed configs of run {run.run_id}"), *failures]
     return blocks

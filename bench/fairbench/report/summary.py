@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from fairbench.report.figures import OF_COMPLETED, PER_GPU, THROUGHPUT
-from fairbench.report.load import ConfigResult, is_whole
+from fairbench.report.load import ConfigResult, ConfigRun
+from fairbench.report.rules import is_whole
 from fairbench.report.stats import Comparison, Estimate, compare, estimate
 
 
@@ -77,7 +78,7 @@ def serving_gpus(server_info: dict[str, Any] | None) -> int | None:
 class Headline:
     """What the headline table shows of one config: its lowest level, its peak, its errors."""
 
-    result: ConfigResult
+    result: ConfigRun
     levels: list[Level]
     first: Level | None
     """The lowest concurrency measured (C=1 in every campaign that includes it)."""
@@ -109,7 +110,9 @@ def _mean_throughput(level: Level) -> float:
     return found.mean if found and not math.isnan(found.mean) else -math.inf
 
 
-def headline(result: ConfigResult) -> Headline:
+def headline(config: ConfigRun | ConfigResult) -> Headline:
+    """The headline of one config; a directory (``ConfigResult``) counts as a config of its own."""
+    result = config if isinstance(config, ConfigRun) else ConfigRun.of(config)
     config_levels = levels(result.points)
     peak = max(config_levels, key=_mean_throughput, default=None)
     sweep_gpus = (result.sweep_settings or {}).get("gpus")
@@ -133,18 +136,60 @@ class PairComparison:
     """None where a value is not finite (``compare_of``)."""
 
 
-def pairwise(headlines: Sequence[Headline]) -> list[PairComparison]:
-    """Output throughput of every pair of configs that finished, at the lowest level and at each one's peak.
+def _measured(headlines: Sequence[Headline]) -> list[Headline]:
+    """The configs that finished and have points. A failed config is left out of every comparison: its
+    points stop where it failed, so its peak is not its peak."""
+    return [line for line in headlines if line.result.ok and line.peak is not None]
 
-    A failed config is left out: its points stop where it failed, so its peak is not its peak.
+
+def pairwise(
+    headlines: Sequence[Headline], within: Callable[[Headline], Hashable] | None = None
+) -> list[PairComparison]:
+    """Output throughput of every pair of configs that finished, at the lowest level and at each one's peak;
+    with ``within``, only of the pairs it gives one value (every-host: the configs of one host).
     """
-    measured = [line for line in headlines if line.result.ok and line.peak is not None]
     comparisons = []
-    for a, b in itertools.combinations(measured, 2):
+    for a, b in itertools.combinations(_measured(headlines), 2):
+        if within is not None and within(a) != within(b):
+            continue
         for figure in ("first", "peak"):
             values_a, values_b = (line.level(figure).values(THROUGHPUT) for line in (a, b))
             comparisons.append(PairComparison(a, b, figure, compare_of(values_a, values_b)))
     return comparisons
+
+
+@dataclass(frozen=True)
+class HostComparison:
+    """One config on two hosts at one concurrency level: the hardware comparison (every-host)."""
+
+    a: Headline
+    b: Headline
+    concurrency: int
+    comparison: Comparison | None
+    """A's output throughput against B's; None where a value is not finite (``compare_of``)."""
+
+
+def host_comparisons(headlines: Sequence[Headline]) -> list[HostComparison]:
+    """Output throughput of each config on every pair of the hosts that ran it and finished, at every
+    concurrency level both measured: by config, then pair of hosts, then level."""
+    by_config: dict[str, list[Headline]] = {}
+    for line in _measured(headlines):
+        by_config.setdefault(line.result.name, []).append(line)
+    found = []
+    for lines in by_config.values():
+        for a, b in itertools.combinations(lines, 2):
+            levels_b = {level.concurrency: level for level in b.levels}
+            found += [
+                HostComparison(
+                    a,
+                    b,
+                    level.concurrency,
+                    compare_of(level.values(THROUGHPUT), levels_b[level.concurrency].values(THROUGHPUT)),
+                )
+                for level in a.levels
+                if level.concurrency in levels_b
+            ]
+    return found
 
 
 def pareto_frontier(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:

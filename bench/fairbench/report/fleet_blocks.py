@@ -1,0 +1,257 @@
+"""The report's blocks about the fleet a run ran on: where each config ran (the headline's hosts), the
+hardware comparison (every-host), the campaign's overhead per host (fleet.timeline), and what fleet.json
+says the comparisons must take into account (accepted and refused host differences, jobs never finished).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from fairbench.fleet.queue import FAILED, OK
+from fairbench.fleet.timeline import Timeline, host_overheads, summary
+from fairbench.report.blocks import Alert, Block, Heading, Paragraph, Table
+from fairbench.report.differences import AcceptedDifference, PairDifferences, accepted_threats
+from fairbench.report.figures import THROUGHPUT
+from fairbench.report.fleet_file import HostDifference
+from fairbench.report.formatting import Label, change, figure, seconds, setting_values
+from fairbench.report.load import ConfigRun, Job, Run
+from fairbench.report.summary import Headline, HostComparison, host_comparisons
+
+ACCEPTED_SOURCE = "fleet (accepted)"
+"""The source an accepted host difference is listed under in a pair's table."""
+
+
+# --- where a config ran ----------------------------------------------------------------------------------
+
+
+def hosts_cell(config: ConfigRun) -> str:
+    """The hosts of each of its servers: ``lab1``, ``lab1, lab2`` (repeats on two hosts), ``lab1 + lab2 (2
+    nodes)`` (one server over two); ``-`` where it never ran."""
+    servers = list(dict.fromkeys(job.hosts for job in config.jobs)) or [(host,) for host in config.hosts]
+
+    def one(hosts: tuple[str, ...]) -> str:
+        nodes = max(len(hosts), config.nodes)
+        return " + ".join(hosts) + (f" ({nodes} nodes)" if nodes > 1 else "")
+
+    return ", ".join(map(one, servers)) or "-"
+
+
+def repeats_note(config: ConfigRun) -> str | None:
+    """What a config's intervals hold when its repeats ran on more than one host; None when they did not."""
+    hosts = config.repeat_hosts
+    if len(hosts) < 2:
+        return None
+    return f"repeats on {len(hosts)} hosts: the interval includes host-to-host variation"
+
+
+# --- accepted and refused host differences ----------------------------------------------------------------
+
+
+def _by_value(values: dict[str, Any]) -> str:
+    """``lab1, lab3: `580.95`; lab2: `580.159```: each value once, with its hosts."""
+    shown = setting_values(list(values.values()))
+    hosts: dict[str, list[str]] = {}
+    for host, value in zip(values, shown, strict=True):
+        hosts.setdefault(value, []).append(host)
+    return "; ".join(f"{', '.join(names)}: `{value}`" for value, names in hosts.items())
+
+
+def accepted_alert(pairs: Sequence[PairDifferences], label: Label) -> Alert | None:
+    """The host differences the campaign accepted that touch any compared pair, with the pairs."""
+    found = accepted_threats(pairs)
+    if not found:
+        return None
+    items = [
+        f"host fact `{threat.fact}` (pool `{threat.pool}`): {_by_value(threat.values)}. Touches "
+        + ", ".join(f"{label(pair.a)} vs {label(pair.b)}" for pair in threat.pairs)
+        for threat in found
+    ]
+    return Alert(
+        "threat",
+        f"{len(found)} host difference(s) that the campaign accepted (accept_host_differences) touch the "
+        "comparisons: the pairs named measured their configs on hosts that differ in them.",
+        items,
+    )
+
+
+def _side(values: dict[str, Any]) -> str:
+    """One side's value of an accepted difference: the value, or each host's where its hosts differ."""
+    if not values:
+        return "(absent)"
+    shown = setting_values(list(values.values()))
+    if len(set(shown)) == 1:
+        return shown[0]
+    return "; ".join(f"{host}: {value}" for host, value in zip(values, shown, strict=True))
+
+
+def accepted_rows(accepted: Sequence[AcceptedDifference]) -> list[list[str]]:
+    """A pair's accepted host differences as rows of its table of differences."""
+    return [
+        ["THREAT", ACCEPTED_SOURCE, f"`{item.fact}`", _side(item.values_a), _side(item.values_b)]
+        for item in accepted
+    ]
+
+
+def _difference_item(difference: HostDifference) -> str:
+    return f"pool `{difference.pool}`, `{difference.fact}`: {_by_value(difference.values)}"
+
+
+def fleet_alerts(run: Run) -> list[Alert]:
+    """What fleet.json says went wrong: differences in host facts the campaign did not accept, and jobs
+    that never ended (their points are missing); none for a run without fleet.json."""
+    fleet = run.fleet
+    if fleet is None:
+        return []
+    alerts = []
+    if fleet.refused:
+        alerts.append(
+            Alert(
+                "threat",
+                "The hosts of a pool differ in facts the campaign did not accept (fleet.json): its configs "
+                "were measured on hosts that are not equivalent.",
+                [_difference_item(difference) for difference in fleet.refused],
+            )
+        )
+    unfinished = [job for job in fleet.jobs if job.state not in (OK, FAILED)]
+    if unfinished:
+        alerts.append(
+            Alert(
+                "warning",
+                f"{len(unfinished)} job(s) of the run never ran to an end (fleet.json): their points are "
+                "missing.",
+                [
+                    f"`{job.id}` ({job.config}, repeats {', '.join(map(str, job.repeats)) or 'none'}): "
+                    f"{job.state}" + (f": {job.reason}" if job.reason else "")
+                    for job in unfinished
+                ],
+            )
+        )
+    return alerts
+
+
+# --- the hardware comparison -------------------------------------------------------------------------------
+
+
+def hardware_blocks(headlines: Sequence[Headline], label: Label) -> list[Block]:
+    """Every-host: each config on each pair of its hosts, output throughput at every level both measured."""
+    comparisons = host_comparisons(headlines)
+    blocks: list[Block] = [
+        Heading(2, "Hardware"),
+        Paragraph(
+            "Each config on every pair of the hosts that ran it: output tok/s at every concurrency level "
+            "both measured, the first host against the second, with the same test as between configs "
+            "(What differed lists how the hosts differ). A config that did not finish on a host is left "
+            "out there."
+        ),
+    ]
+    if not comparisons:
+        return [*blocks, Paragraph("No config finished on two hosts.")]
+    by_config: dict[str, list[HostComparison]] = {}
+    for item in comparisons:
+        by_config.setdefault(item.a.result.name, []).append(item)
+    for config, items in by_config.items():
+        lines = list({id(line): line for item in items for line in (item.a, item.b)}.values())
+        pairs = list({(id(item.a), id(item.b)): (item.a, item.b) for item in items}.values())
+        found = {(id(item.a), id(item.b), item.concurrency): item.comparison for item in items}
+        header = [
+            "C",
+            *(f"out tok/s, {line.result.host}" for line in lines),
+            *(f"{a.result.host} vs {b.result.host}" for a, b in pairs),
+        ]
+        rows = []
+        for concurrency in sorted({item.concurrency for item in items}):
+            levels = [{level.concurrency: level for level in line.levels}.get(concurrency) for line in lines]
+            rows.append(
+                [
+                    str(concurrency),
+                    *(figure(level.estimate(THROUGHPUT) if level else None) for level in levels),
+                    *(
+                        change(found[(id(a), id(b), concurrency)])
+                        if (id(a), id(b), concurrency) in found
+                        else "-"
+                        for a, b in pairs
+                    ),
+                ]
+            )
+        blocks += [Heading(3, config), Table(header, rows, [True] * len(header))]
+    left_out = [label(line.result) for line in headlines if not line.result.ok]
+    if left_out:
+        blocks.append(Paragraph("Left out (did not finish): " + ", ".join(left_out) + "."))
+    return blocks
+
+
+# --- the campaign's overhead -------------------------------------------------------------------------------
+
+
+OVERHEAD_INTRO = (
+    "Per host, the jobs it took part in, in the order they ran (by their timelines in status.json, epoch "
+    "seconds on each job's rank-0 host). A job's overhead is the host's time between the previous job's "
+    "last point and this job's first request, less this job's server load (unit start to healthy): "
+    "(first_request_at - previous last_point_ended_at) - (healthy_at - unit_started_at) "
+    "(`fairbench.fleet.timeline`). `-`: the host's first job, or an instant the job did not record."
+)
+
+
+def _run_jobs(run: Run) -> list[tuple[str, Job]]:
+    """Every job of the run with its config, each id once."""
+    found: dict[str, tuple[str, Job]] = {}
+    for result in run.results:
+        for job in result.jobs:
+            found.setdefault(job.id, (result.name, job))
+    return list(found.values())
+
+
+def overhead_blocks(run: Run) -> list[Block]:
+    """The campaign's overhead per host; nothing when no job recorded a timeline (runs from before jobs
+    recorded one)."""
+    jobs = _run_jobs(run)
+    timed = [(config, job) for config, job in jobs if job.timeline and job.timeline.started is not None]
+    if not timed:
+        return []
+    config_of = {job.id: (config, job) for config, job in timed}
+    by_host: dict[str, list[tuple[str, Timeline]]] = {}
+    for _, job in timed:
+        for host in job.hosts:
+            by_host.setdefault(host, []).append((job.id, job.timeline or Timeline()))
+    per_host = {host: host_overheads(host_jobs) for host, host_jobs in by_host.items()}
+    totals = []
+    for host, overheads in per_host.items():
+        summed = summary(overheads)
+        totals.append(
+            [
+                host,
+                str(len(overheads)),
+                seconds(summed.mean_s if summed else None),
+                seconds(summed.max_s if summed else None),
+            ]
+        )
+    blocks: list[Block] = [
+        Heading(2, "Campaign overhead"),
+        Paragraph(OVERHEAD_INTRO),
+        Table(["host", "jobs", "mean overhead s", "max overhead s"], totals, [False, True, True, True]),
+    ]
+    for host, overheads in per_host.items():
+        rows = [
+            [
+                f"`{item.job}`",
+                config_of[item.job][0],
+                " + ".join(config_of[item.job][1].hosts),
+                seconds(item.timeline.load_s),
+                seconds(item.gap_s),
+                seconds(item.overhead_s),
+            ]
+            for item in overheads
+        ]
+        header = ["job", "config", "hosts", "server load s", "gap s", "overhead s"]
+        blocks += [Heading(3, host), Table(header, rows, [False, False, False, True, True, True])]
+    untimed = [job.id for _, job in jobs if job.id not in config_of]
+    if untimed:
+        blocks.append(
+            Paragraph(
+                "Not timed (status.json records no timeline for them), so left out: "
+                + ", ".join(f"`{job}`" for job in untimed)
+                + ". Where one ran between two timed jobs of a host, the later one's overhead includes it."
+            )
+        )
+    return blocks

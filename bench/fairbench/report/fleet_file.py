@@ -1,0 +1,135 @@
+"""fleet.json (``fairbench.fleet.queue``) as the report reads it: the placement, the pools, the hosts'
+equivalence (``fairbench.fleet.equivalence``: the differences the campaign accepted and those it refused)
+and the jobs of the queue, each holding only what is well-formed; the rest is named, by key path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fairbench.campaign.model import PLACEMENTS
+from fairbench.fleet.queue import FLEET_FILE
+from fairbench.report.rules import (
+    FileReader,
+    Rule,
+    checked_element,
+    drop_broken,
+    is_list,
+    is_mapping,
+    is_placement,
+    is_text,
+    list_of,
+    object_of,
+    or_null,
+    whole,
+)
+
+
+@dataclass(frozen=True)
+class HostDifference:
+    """A fact whose value is not the same on every host of a pool (fleet.json's ``equivalence``)."""
+
+    pool: str
+    fact: str
+    values: dict[str, Any]
+    """Host -> its value."""
+
+
+@dataclass(frozen=True)
+class FleetJob:
+    """One job of fleet.json's queue, as far as the report reads it."""
+
+    id: str
+    config: str
+    state: str
+    """``ok``, ``failed``, ``unplaced``, or a state of a queue that never finished (fleet.queue.STATES)."""
+    repeats: tuple[int, ...] = ()
+    hosts: tuple[str, ...] = ()
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """fleet.json (fleet.queue), as far as the report reads it, holding only what is well-formed of it."""
+
+    placement: str | None = None
+    pools: dict[str, list[str]] = field(default_factory=dict)
+    accepted: tuple[HostDifference, ...] = ()
+    """Differences the campaign accepted (``accept_host_differences``): threats to the comparisons they
+    touch."""
+    refused: tuple[HostDifference, ...] = ()
+    facts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Host -> its fleet facts (hosts.fleet_facts)."""
+    jobs: tuple[FleetJob, ...] = ()
+
+
+FLEET_RULES: tuple[Rule, ...] = (
+    Rule("placement", " or ".join(PLACEMENTS), is_placement, False),
+    Rule("pools", "an object of lists of strings", object_of(list_of(is_text)), False),
+    Rule("equivalence", "null or an object", or_null(is_mapping), False),
+    Rule("equivalence.accepted", "a list", is_list, False),
+    Rule("equivalence.refused", "a list", is_list, False),
+    Rule("equivalence.facts", "an object of objects", object_of(is_mapping), False),
+    Rule("jobs", "a list", is_list, False),
+)
+"""fleet.json (fleet.queue) as far as the report reads it; a key that breaks its rule is left out."""
+HOST_DIFFERENCE_RULES: tuple[Rule, ...] = (
+    Rule("pool", "a string", is_text, True),
+    Rule("fact", "a string", is_text, True),
+    Rule("values", "an object", is_mapping, True),
+)
+FLEET_JOB_RULES: tuple[Rule, ...] = (
+    Rule("id", "a string", is_text, True),
+    Rule("config", "a string", is_text, True),
+    Rule("state", "a string", is_text, True),
+    Rule("repeats", "a list of whole numbers", list_of(whole(0)), False),
+    Rule("hosts", "a list of strings", list_of(is_text), False),
+    Rule("reason", "null or a string", or_null(is_text), False),
+)
+
+
+def _host_differences(values: object, where: str, problems: list[str]) -> tuple[HostDifference, ...]:
+    found = []
+    for index, value in enumerate(values if isinstance(values, list) else []):
+        entry = checked_element(value, HOST_DIFFERENCE_RULES, f"{where}[{index}]", "difference", problems)
+        if entry is not None:
+            found.append(HostDifference(entry["pool"], entry["fact"], dict(entry["values"])))
+    return tuple(found)
+
+
+def _fleet_job(value: object, where: str, problems: list[str]) -> FleetJob | None:
+    job = checked_element(value, FLEET_JOB_RULES, where, "job", problems)
+    if job is None:
+        return None
+    return FleetJob(
+        id=job["id"],
+        config=job["config"],
+        state=job["state"],
+        repeats=tuple(job.get("repeats", ())),
+        hosts=tuple(job.get("hosts", ())),
+        reason=job.get("reason"),
+    )
+
+
+def load_fleet(run_dir: Path) -> tuple[Fleet | None, list[str]]:
+    """The run's fleet.json holding only its well-formed keys and entries (None when the file is absent or
+    cannot be used at all), and the problems naming the file and the key path of the rest."""
+    files = FileReader(run_dir)
+    document = files.json_object(FLEET_FILE)
+    if document is None:
+        return None, files.problems
+    problems: list[str] = []
+    kept = drop_broken(document, FLEET_RULES, "", problems)
+    equivalence = kept.get("equivalence") or {}
+    jobs = [_fleet_job(value, f"jobs[{index}]", problems) for index, value in enumerate(kept.get("jobs", []))]
+    fleet = Fleet(
+        placement=kept.get("placement"),
+        pools={name: list(hosts) for name, hosts in kept.get("pools", {}).items()},
+        accepted=_host_differences(equivalence.get("accepted"), "equivalence.accepted", problems),
+        refused=_host_differences(equivalence.get("refused"), "equivalence.refused", problems),
+        facts={host: dict(facts) for host, facts in equivalence.get("facts", {}).items()},
+        jobs=tuple(job for job in jobs if job is not None),
+    )
+    return fleet, [f"{run_dir / FLEET_FILE}: {problem}" for problem in problems]
