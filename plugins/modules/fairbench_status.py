@@ -51,6 +51,32 @@ options:
       - At most this many journal lines are quoted; absent, as many as the report quotes from a journal
         itself (fairbench.measure.status.JOURNAL_EXCERPT_LINES).
     type: int
+  job:
+    description:
+      - The campaign job that ran in C(dir); its entry in status.json's C(jobs) joins those of the run's
+        other jobs there (a job recorded again replaces its entry), and the config's status is failed when
+        any of them failed. For a server over several hosts, each rank's journal is quoted from
+        C(dir)/ranks/<host>/journal.log.
+    type: dict
+    suboptions:
+      id:
+        description: The job's id (fleet.json).
+        type: str
+        required: true
+      repeats:
+        description: The repeats it measured.
+        type: list
+        elements: int
+        required: true
+      hosts:
+        description: Its hosts, rank 0 first.
+        type: list
+        elements: str
+        required: true
+      timeline:
+        description: When its unit was started, answered healthy, got its first request, wrote its last point.
+        type: dict
+        default: {}
 """
 
 EXAMPLES = r"""
@@ -83,10 +109,14 @@ from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_impo
 with FairbenchImport(ON_CONTROL_NODE) as FAIRBENCH_IMPORT:
     from fairbench.measure.status import (
         JOURNAL_EXCERPT_LINES,
+        RANKS_DIR,
         STAGES,
         ConfigStatus,
         Failure,
+        JobStatus,
+        RankStatus,
         journal_tail,
+        with_job,
         write_status,
     )
 
@@ -107,6 +137,15 @@ def main() -> None:
                 },
             },
             "journal_lines": {"type": "int"},
+            "job": {
+                "type": "dict",
+                "options": {
+                    "id": {"type": "str", "required": True},
+                    "repeats": {"type": "list", "elements": "int", "required": True},
+                    "hosts": {"type": "list", "elements": "str", "required": True},
+                    "timeline": {"type": "dict", "default": {}},
+                },
+            },
         },
         supports_check_mode=True,
     )
@@ -116,14 +155,35 @@ def main() -> None:
     failure = Failure.from_json(params["failure"]) if params["failure"] else None
     if failure and failure.stage not in STAGES:
         module.fail_json(msg=f"failure.stage: {failure.stage!r} is none of {', '.join(STAGES)}")
+    lines = params["journal_lines"] or JOURNAL_EXCERPT_LINES
     status = ConfigStatus(
         host=params["host"],
         config=params["config"],
         unit=params["unit"],
         run_id=params["run_id"],
         failure=failure,
-        journal_tail=journal_tail(config_dir, failure, params["journal_lines"] or JOURNAL_EXCERPT_LINES),
+        journal_tail=journal_tail(config_dir, failure, lines),
     )
+    job = params["job"]
+    if job:
+        ranks = tuple(
+            RankStatus(rank, host, journal_tail(config_dir / RANKS_DIR / host, failure, lines))
+            for rank, host in enumerate(job["hosts"])
+            if rank > 0
+        )
+        status = with_job(
+            config_dir,
+            status,
+            JobStatus(
+                job=job["id"],
+                repeats=tuple(job["repeats"]),
+                hosts=tuple(job["hosts"]),
+                failure=failure,
+                journal_tail=status.journal_tail,
+                ranks=ranks,
+                timeline=job["timeline"],
+            ),
+        )
     changed = write_status(config_dir, status, check=module.check_mode)
     module.exit_json(changed=changed, status=status.to_json())
 

@@ -26,6 +26,12 @@ options:
     description: Where Ansible keeps async job files on the host (the shell plugin's C(async_dir)).
     type: path
     default: ~/.ansible_async
+  wait_s:
+    description:
+      - While the job runs, wait up to this many seconds for it to end, returning as soon as it does; 0
+        looks once. Retry with C(delay) 0.
+    type: float
+    default: 0
 """
 
 EXAMPLES = r"""
@@ -78,12 +84,15 @@ def main() -> None:
             "jid": {"type": "str", "required": True},
             "out": {"type": "path", "required": True},
             "async_dir": {"type": "path", "default": "~/.ansible_async"},
+            "wait_s": {"type": "float", "default": 0.0},
         },
         supports_check_mode=True,
     )
     FAIRBENCH_IMPORT.check(module)
     params = module.params
-    status = background_sweep(Path(params["async_dir"]), params["jid"], Path(params["out"]))
+    status = background_sweep(
+        Path(params["async_dir"]), params["jid"], Path(params["out"]), wait_s=params["wait_s"]
+    )
     status["out"] = params["out"]
     # The job's own bookkeeping keys are not this task's result.
     for key in ("invocation", "started", "ansible_job_id", "results_file"):

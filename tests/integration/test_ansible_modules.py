@@ -10,7 +10,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import pwd
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -28,6 +30,14 @@ from tests.support.sse_server import StartServer
 from tests.support.unit_exposure import UNIT_EXPOSURE
 
 from fairbench.campaign.load import load_campaign
+from fairbench.hosts.clean_state import (
+    COMPUTE_APPS_ARGS,
+    DEFAULT_TOLERANCE_MIB,
+    MEMORY_ARGS,
+    command_line,
+    unit_of_pid,
+    user_processes,
+)
 from fairbench.hosts.unit_security import exposure
 from fairbench.measure.results import ResultsDir
 
@@ -180,6 +190,8 @@ def _expanded_facts(source: str) -> dict[str, Any]:
         "engine": "sim",
         "model": "org/model-7b",
         "start_timeout_s": 900,
+        "placement": "spread",
+        "accept_host_differences": [],
         "common": {"args": common_args, "env": {"HF_HUB_OFFLINE": "1"}, "sim": common_sim},
         "configs": {
             "tp2": {
@@ -195,6 +207,9 @@ def _expanded_facts(source: str) -> dict[str, Any]:
                 "unset": no_unset,
                 "gpus": 2,
                 "gpus_formula": "tp-size 2",
+                "nodes": 1,
+                "gpus_per_node": 2,
+                "hosts": None,
             },
             "tp2-graphs": {
                 "name": "tp2-graphs",
@@ -213,6 +228,9 @@ def _expanded_facts(source: str) -> dict[str, Any]:
                 "unset": no_unset,
                 "gpus": 2,
                 "gpus_formula": "tp-size 2",
+                "nodes": 1,
+                "gpus_per_node": 2,
+                "hosts": None,
             },
             "tp4-plain": {
                 "name": "tp4-plain",
@@ -237,6 +255,9 @@ def _expanded_facts(source: str) -> dict[str, Any]:
                 "unset": {"args": ["attention-backend"], "env": [], "sim": ["sim-time-scale"]},
                 "gpus": 4,
                 "gpus_formula": "tp-size 4",
+                "nodes": 1,
+                "gpus_per_node": 4,
+                "hosts": None,
             },
         },
         "workload": {
@@ -509,8 +530,9 @@ def test_report_module_renders_the_report_and_names_failed_configs(tmp_path: Pat
         config_dir.mkdir(parents=True)
         (config_dir / "status.json").write_text(json.dumps(status))
     task = [{"name": "Report", fqcn("fairbench_report"): {"run_dir": str(run_dir)}}]
-    # Configs of the campaign with no results at all count as failed too: never silently missing.
-    not_ok = ["lab1/tp8-nccl", "lab1/ep4", "lab1/ep8", "lab1/ep8-eplb"]
+    # Configs of the campaign with no results at all count as failed too: never silently missing. Spread
+    # over the hosts (the campaign's placement), such a config ran on no host.
+    not_ok = ["(no host)/tp8-nccl", "lab1/ep4", "(no host)/ep8", "(no host)/ep8-eplb"]
     checked = run_play(tmp_path, task, "--check")["Report"]
     assert sorted(checked["failed_configs"]) == sorted(not_ok)
     assert checked["changed"] is False and not (run_dir / "report.md").exists()
@@ -528,10 +550,18 @@ H200X2 = REPO / "tests/fixtures/gpu/h200x2"
 
 @pytest.fixture
 def fake_nvidia_smi(tmp_path: Path) -> Path:
-    """An nvidia-smi answering with the recordings of a host with 2 H200s joined by NVLink (NV18)."""
+    """An nvidia-smi answering with the recordings of a host with 2 H200s joined by NVLink (NV18), beside a
+    systemctl that lists no unit (this machine runs no systemd): the preflight's idle baseline asks both."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
+    _write_no_units_systemctl(bin_dir)
     return write_fake_nvidia_smi(bin_dir, H200X2)
+
+
+def _write_no_units_systemctl(bin_dir: Path) -> None:
+    systemctl = bin_dir / "systemctl"
+    systemctl.write_text("#!/usr/bin/env bash\n[[ $1 == list-units ]] || exit 1\n")
+    systemctl.chmod(0o755)
 
 
 @pytest.mark.parametrize("mode", [[], ["--check"]], ids=["run", "check"])
@@ -659,8 +689,8 @@ def test_the_campaign_stops_before_deploying_when_a_config_needs_more_gpus_than_
     assert done.returncode != 0, output
     # Every offending config at once; tp2 fits, and data-parallel attention adds no GPUs.
     refused = [
-        "lab1: config tp8 needs 8 GPUs (tp-size 8), the host has 2 (NVIDIA H200)",
-        "lab1: config tp2-dp2 needs 4 GPUs (tp-size 2 x dp-size 2), the host has 2 (NVIDIA H200)",
+        "lab1: config tp8 needs 8 GPUs per host (tp-size 8), the host has 2 (NVIDIA H200)",
+        "lab1: config tp2-dp2 needs 4 GPUs per host (tp-size 2 x dp-size 2), the host has 2 (NVIDIA H200)",
     ]
     assert "\n".join(refused) in done.stdout, output
     assert "config tp2 " not in output and "config dp-attention " not in output
@@ -673,6 +703,96 @@ def test_the_campaign_stops_before_deploying_when_a_config_needs_more_gpus_than_
     assert "PLAY [Record the campaign as run]" not in done.stdout
     assert not (tmp_path / "results").exists()
     assert not list(Path("/etc/systemd/system").glob("fairbench-preflight-sglang-*"))
+
+
+# --- fairbench_clean_state --------------------------------------------------------------------------
+
+
+def _idle_user() -> str:
+    """A user of this machine that runs no process, as the serving user does on a clean host."""
+    for entry in sorted(pwd.getpwall(), key=lambda entry: entry.pw_name != "nobody"):
+        if not user_processes(entry.pw_name):
+            return entry.pw_name
+    raise AssertionError("every user of this machine runs a process")
+
+
+def _idle_gpu_host(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """An nvidia-smi answering the clean-state queries with the recordings of an idle H200, and a systemctl
+    that lists no unit, first on PATH: the nvidia-smi's path, and the environment."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    recorded = REPO / "tests/fixtures/gpu"
+    nvidia_smi = bin_dir / "nvidia-smi"
+    nvidia_smi.write_text(
+        "#!/usr/bin/env bash\n"
+        'case "$*" in\n'
+        f"    {shlex.quote(' '.join(MEMORY_ARGS))}) cat {recorded / 'query-memory-idle.txt'} ;;\n"
+        f"    {shlex.quote(' '.join(COMPUTE_APPS_ARGS))}) cat {recorded / 'compute-apps-idle.txt'} ;;\n"
+        "    *) exit 2 ;;\n"
+        "esac\n"
+    )
+    nvidia_smi.chmod(0o755)
+    _write_no_units_systemctl(bin_dir)
+    return nvidia_smi, {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+def test_clean_state_module_fails_naming_the_port_and_its_holder_until_it_is_closed(tmp_path: Path) -> None:
+    nvidia_smi, env = _idle_gpu_host(tmp_path)
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    args = {
+        "port": port,
+        "user": _idle_user(),
+        "baseline": {"0": 0},
+        "timeout_s": 1,
+        "nvidia_smi": str(nvidia_smi),
+    }
+    held_tasks = [
+        {"name": "Held", fqcn("fairbench_clean_state"): args},
+        {"name": "Checked", fqcn("fairbench_clean_state"): {**args, "mode": "after"}, "check_mode": True},
+    ]
+    try:
+        held = run_play(tmp_path, held_tasks, env=env)
+    finally:
+        holder.close()
+    result = held["Held"]
+    assert result["failed"] is True and result["clean"] is False, result
+    head, *lines = result["msg"].splitlines()
+    assert head.startswith("the host is not clean before starting (waited 1."), head
+    me = f"pid {os.getpid()} ({command_line(os.getpid())}), unit {unit_of_pid(os.getpid()) or 'none'}"
+    assert lines == result["found"] == [f"port {port} on 127.0.0.1 is held by {me}"]
+    assert result["details"]["listeners"][0]["pids"] == [os.getpid()]
+    assert result["waited_s"] >= 1 and result["stopped"] == [] and result["changed"] is False
+    # Check mode checks once: a socket of no fairbench unit fails it too.
+    checked = held["Checked"]
+    assert checked["failed"] is True and checked["waited_s"] < 1, checked
+    assert checked["msg"].startswith("the host did not become clean after stopping (")
+    assert checked["found"] == result["found"]
+    tasks = [
+        {"name": "Free", fqcn("fairbench_clean_state"): args},
+        {
+            "name": "Baseline",
+            fqcn("fairbench_clean_state"): {"record_baseline": True, "nvidia_smi": str(nvidia_smi)},
+        },
+    ]
+    free = run_play(tmp_path, tasks, env=env)
+    result = free["Free"]
+    assert not result.get("failed"), result
+    assert result["clean"] is True and result["found"] == [] and result["changed"] is False
+    assert result["waited_s"] < 1
+    assert result["details"]["gpus"] == [
+        {
+            "index": 0,
+            "uuid": "GPU-2cf08462-e19e-d354-abe3-7895807b9363",
+            "used_mib": 0,
+            "baseline_mib": 0,
+            "limit_mib": DEFAULT_TOLERANCE_MIB,
+        }
+    ]
+    assert not free["Baseline"].get("failed"), free["Baseline"]
+    assert free["Baseline"]["baseline"] == {"0": 0} and free["Baseline"]["changed"] is False
 
 
 # --- the unit template ----------------------------------------------------------------------------
@@ -886,15 +1006,31 @@ def test_a_line_break_in_any_field_adds_no_directive_to_the_unit(tmp_path: Path)
 
 MODULE_ARGS = {
     "fairbench_campaign": {"path": "campaign.yml"},
+    "fairbench_clean_state": {"port": 9, "user": "nobody"},
+    "fairbench_config_run": {
+        "url": "http://127.0.0.1:9",
+        "workload": {},
+        "out": "/nonexistent",
+        "unit": "none.service",
+        "clean": {"port": 9, "user": "nobody"},
+    },
+    "fairbench_fleet": {"campaign": {}, "run_dir": "/nonexistent", "groups": {}, "play_hosts": []},
+    "fairbench_fleet_facts": {},
+    "fairbench_fleet_job": {"run_dir": "/nonexistent", "host": "h"},
     "fairbench_gpu_facts": {},
     "fairbench_report": {"run_dir": "/nonexistent"},
-    "fairbench_server": {"url": "http://127.0.0.1:9", "unit": "none.service"},
     "fairbench_status": {"dir": "/nonexistent", "host": "h", "config": "c", "unit": "u", "run_id": "r"},
     "fairbench_sweep": {"url": "http://127.0.0.1:9", "workload": {}, "out": "/nonexistent"},
     "fairbench_sweep_status": {"jid": "1", "out": "/nonexistent"},
 }
 """Arguments each module accepts, so that it gets as far as its fairbench imports."""
-CONTROL_NODE_MODULES = {"fairbench_campaign", "fairbench_report", "fairbench_status"}
+CONTROL_NODE_MODULES = {
+    "fairbench_campaign",
+    "fairbench_fleet",
+    "fairbench_fleet_job",
+    "fairbench_report",
+    "fairbench_status",
+}
 
 
 def test_every_module_of_the_collection_is_tested_here() -> None:
@@ -970,6 +1106,8 @@ def test_status_of_a_config_that_ran_is_written_once(tmp_path: Path) -> None:
         "config": "tp8",
         "unit": "fairbench-x-tp8.service",
         "run_id": "r1",
+        "hosts": ["lab1"],
+        "jobs": [],
     }
     assert results["Checked"]["changed"] and results["Checked"]["status"] == expected
     assert json.loads((config_dir / "status.json").read_text()) == expected
@@ -1000,3 +1138,34 @@ def test_status_of_a_failed_config_quotes_its_journal_from_the_traceback_on(tmp_
     assert json.loads((deploy / "status.json").read_text())["journal_tail"] == []
     assert results["Unknown stage"]["failed"] and "lunch" in results["Unknown stage"]["msg"]
     assert not (tmp_path / "bad").exists()
+
+
+def test_fleet_facts_module_reads_the_hosts_facts_in_check_mode_too(
+    tmp_path: Path, fake_nvidia_smi: Path
+) -> None:
+    from fairbench import __version__  # noqa: PLC0415
+
+    missing = tmp_path / "nowhere" / "python"
+    tasks = [
+        {"name": "Venv", fqcn("fairbench_fleet_facts"): {"sglang_python": sys.executable}},
+        {"name": "No venv", fqcn("fairbench_fleet_facts"): {"sglang_python": str(missing)}},
+        {"name": "Bare", fqcn("fairbench_fleet_facts"): {}},
+    ]
+    path = f"{fake_nvidia_smi.parent}:{os.environ['PATH']}"
+    results = run_play(tmp_path, tasks, "--check", env={"PATH": path})
+    for name in ("Venv", "No venv", "Bare"):
+        assert not results[name].get("failed"), results[name]
+        assert results[name]["changed"] is False
+    facts = results["Venv"]["ansible_facts"]["fleet_facts"]
+    assert facts["fairbench"] == __version__
+    assert facts["cpus"] == os.cpu_count() and facts["cpus"] >= 1
+    assert isinstance(facts["memory_gib"], int) and facts["memory_gib"] >= 1
+    assert (facts["gpu_model"], facts["gpu_count"], facts["driver"]) == ("NVIDIA H200", 2, "580.159.04")
+    # This venv has no SGLang: the script ran there and found none.
+    assert facts["sglang"] is None
+    assert facts["reasons"]["sglang"] == f"no sglang distribution in {sys.executable}'s venv"
+    assert results["No venv"]["ansible_facts"]["fleet_facts"]["reasons"]["nccl"] == (
+        f"{missing} does not exist (no SGLang venv)"
+    )
+    bare = results["Bare"]["ansible_facts"]["fleet_facts"]
+    assert bare["reasons"]["sglang"] == "no SGLang venv on this host (no sglang_python given)"

@@ -16,6 +16,7 @@
 #   FAIRBENCH_LAB_DIR                the running lab: host overlays, SSH keys  (/var/lib/fairbench-lab)
 #   FAIRBENCH_LAB_SSH_PORT_BASE      lab<i> sshd listens on BASE+i             (2220)
 #   FAIRBENCH_LAB_SERVICE_PORT_BASE  lab<i> serving_port is BASE+i             (30000)
+#   FAIRBENCH_LAB_DIST_PORT_BASE     lab<i> serving_dist_init_port is BASE+i   (31000)
 #   FAIRBENCH_LAB_MIRROR             Debian mirror URI; default: read from this machine's apt sources
 #   FAIRBENCH_LAB_INVENTORY          where `up` writes the inventory           (<repo>/inventory/lab.yml)
 #   FAIRBENCH_LAB_BOOT_TIMEOUT       seconds to wait for each host's SSH       (90)
@@ -45,6 +46,7 @@ readonly CACHE=${FAIRBENCH_LAB_CACHE:-/var/cache/fairbench-lab}
 readonly STATE=${FAIRBENCH_LAB_DIR:-/var/lib/fairbench-lab}
 readonly SSH_PORT_BASE=${FAIRBENCH_LAB_SSH_PORT_BASE:-2220}
 readonly SERVICE_PORT_BASE=${FAIRBENCH_LAB_SERVICE_PORT_BASE:-30000}
+readonly DIST_PORT_BASE=${FAIRBENCH_LAB_DIST_PORT_BASE:-31000}
 readonly INVENTORY=${FAIRBENCH_LAB_INVENTORY:-$REPO/inventory/lab.yml}
 readonly BOOT_TIMEOUT=${FAIRBENCH_LAB_BOOT_TIMEOUT:-90}
 # Every host sees this directory of this machine read-only at the same path, as a fleet shares an NFS export:
@@ -283,6 +285,8 @@ remove_cgroup() {
 host_dir() { printf '%s/hosts/%s\n' "$STATE" "$1"; }
 ssh_port() { echo $((SSH_PORT_BASE + ${1#lab})); }
 service_port() { echo $((SERVICE_PORT_BASE + ${1#lab})); }
+# Where lab<i> listens for the other ranks of a server over several hosts it is rank 0 of.
+dist_port() { echo $((DIST_PORT_BASE + ${1#lab})); }
 
 # Names of the hosts of the current (or stale) lab, from the state directory.
 lab_hosts() {
@@ -441,7 +445,8 @@ write_inventory() {
     mkdir -p "$(dirname "$INVENTORY")"
     {
         echo "# Written by tests/lab/lab.sh up: the systemd-nspawn lab hosts on this machine (make lab-up)."
-        echo "# Each host has its own sshd port and serving_port on 127.0.0.1 (they share this machine's network)."
+        echo "# Each host has its own sshd port, serving_port and serving_dist_init_port on 127.0.0.1 (they share"
+        echo "# this machine's network)."
         echo "all:"
         echo "  children:"
         echo "    gpu_hosts:"
@@ -450,6 +455,7 @@ write_inventory() {
             echo "        $host:"
             echo "          ansible_port: $(ssh_port "$host")"
             echo "          serving_port: $(service_port "$host")"
+            echo "          serving_dist_init_port: $(dist_port "$host")"
         done
         echo "      vars:"
         echo "        ansible_host: 127.0.0.1"

@@ -173,17 +173,15 @@ def test_a_crashing_server_is_marked_failed_with_its_journal_and_the_next_config
     assert f"report: {campaign_run.run_dir}/report.md" in campaign_run.first.output
 
 
-def test_fairbench_run_shows_each_config_its_stages_and_every_level_as_it_completes(
-    campaign_run: CampaignRun,
-) -> None:
+def test_fairbench_run_shows_each_job_and_every_level_as_it_completes(campaign_run: CampaignRun) -> None:
     lines = campaign_run.first.output.splitlines()
     levels = load_campaign(REPO / CAMPAIGN).workload.concurrency
     for host in campaign_run.hosts:
         for config in GOOD_CONFIGS:
             prefix = f"{host} {config}: "
             shown = [line.removeprefix(prefix) for line in lines if line.startswith(prefix)]
-            assert [line for line in shown if line in ("start", "health", "sweep", "fetch", "ok")] == [
-                "start", "health", "sweep", "fetch", "ok",
+            assert [line for line in shown if line.startswith("job ") or line == "ok"] == [
+                f"job {config}@{host}", "ok",
             ], shown  # fmt: skip
             finished = [line for line in shown if re.match(r"c\d+-r0: ", line)]
             assert [line.split("-")[0] for line in finished] == [f"c{level}" for level in levels], shown
@@ -192,7 +190,7 @@ def test_fairbench_run_shows_each_config_its_stages_and_every_level_as_it_comple
         journal = lines[lines.index(failed) + 1 : lines.index(failed) + 12]
         assert any("crash-after=20: crashing" in line for line in journal), journal
     log = (campaign_run.run_dir / "ansible.log").read_text()
-    assert "PLAY RECAP" in log and "Follow the sweep of tp8]" in log
+    assert "PLAY RECAP" in log and "Follow tp8@" in log
 
 
 def test_a_server_that_dies_at_start_fails_the_health_stage_at_once(campaign_run: CampaignRun) -> None:
@@ -248,10 +246,14 @@ def test_rerunning_the_same_run_id_writes_no_new_points(campaign_run: CampaignRu
     )  # fmt: skip
     after = {key: (campaign_run.config_dir(*key) / "points.jsonl").read_bytes() for key in before}
     assert after == before
-    # Nothing was left to measure but for the server that never started: no other server was started.
-    for config in configs:
-        starts = again.output.split(f"TASK [Start fairbench-labtest-{config}.service]")[1:]
-        assert all("included:" not in start.split("TASK [")[0] for start in starts), config
+    # Nothing was left to measure but for the server that never started: no other server was started (the
+    # job's result is changed when it started its server).
+    for host in campaign_run.hosts:
+        for config in configs:
+            follow = again.output.split(f"TASK [fairbench.fairbench.bench : Follow {config}@{host}]")
+            assert len(follow) == 2, f"{host}/{config}: not followed once"
+            result = follow[1].split("TASK [")[0]
+            assert f"changed: [{host}]" not in result and f"[{host}]" in result, f"{host}/{config}: {result}"
     for host in campaign_run.hosts:
         assert (
             json.loads((campaign_run.config_dir(host, "tp8") / "status.json").read_text())["status"] == "ok"

@@ -30,15 +30,22 @@ def play(display: RunDisplay, *events: dict[str, Any]) -> list[str]:
     return stream.getvalue().splitlines()
 
 
+def job(config_dir: Path, host: str = "lab1", ranks: tuple[str, ...] = ("lab1",)) -> dict[str, Any]:
+    """The Prepare task's facts: the job begins."""
+    started = {"id": f"{config_dir.name}#r0", "hosts": list(ranks)}
+    return facts(host, bench_config_dir=str(config_dir), bench_job=started)
+
+
+def ended(host: str = "lab1") -> dict[str, Any]:
+    """The job ended, its results left to be fetched."""
+    return facts(host, bench_unfetched={"job": {"id": "x"}})
+
+
 def config_events(config_dir: Path, *, outcome: dict[str, Any]) -> list[dict[str, Any]]:
     name = config_dir.name
     return [
-        facts(bench_config_dir=str(config_dir), bench_stage="sweep", bench_started=False),
-        facts(bench_started=True),
-        facts(bench_stage="start"),
-        event("runner_on_ok", task=f"Start {name}", changed=True),
-        facts(bench_stage="health"),
-        facts(bench_stage="sweep"),
+        job(config_dir),
+        event("runner_on_ok", task=f"Clean, start, sweep and stop {name}", changed=True),
         event("runner_retry", task="Follow", finished=False, progress=progress("c1-r0", 3, [])),
         event("runner_retry", task="Follow", finished=False, progress=progress("c4-r0", 0, ["c1-r0: ok"])),
         event(
@@ -46,48 +53,50 @@ def config_events(config_dir: Path, *, outcome: dict[str, Any]) -> list[dict[str
             task="Follow",
             finished=True,
             progress=progress("c4-r0", 16, ["c1-r0: ok", "c4-r0: ok"]),
+            planned=["c1-r0", "c4-r0"],
         ),
-        facts(bench_stage="fetch"),
+        ended(),
         facts(bench_outcomes=[outcome]),
     ]
 
 
-def test_a_config_shows_its_stages_each_finished_point_once_and_its_outcome(tmp_path: Path) -> None:
+def test_a_job_shows_itself_each_finished_point_once_and_its_outcome(tmp_path: Path) -> None:
     display = RunDisplay(io.StringIO(), live=False)
     config_dir = tmp_path / "demo" / "run1" / "lab1" / "tp8"
     lines = play(
         display, *config_events(config_dir, outcome={"config": "tp8", "status": "ok", "failure": {}})
     )
     assert lines == [
-        "lab1 tp8: start",
-        "lab1 tp8: health",
-        "lab1 tp8: sweep",
+        "lab1 tp8: job tp8#r0",
         "lab1 tp8: c1-r0 3/16 requests, 1,234 tok/s",
         "lab1 tp8: c1-r0: ok",
         "lab1 tp8: c4-r0: ok",
-        "lab1 tp8: fetch",
         "lab1 tp8: ok",
     ]
     assert display.run_dir == tmp_path / "demo" / "run1"
     assert display.failed_configs == []
 
 
-def test_a_failed_config_shows_its_stage_reason_and_journal_but_not_each_failed_task(tmp_path: Path) -> None:
+def test_a_failed_job_shows_its_stage_reason_and_journal_but_not_each_failed_task(tmp_path: Path) -> None:
     config_dir = tmp_path / "demo" / "run1" / "lab2" / "crash"
     config_dir.mkdir(parents=True)
     journal = [f"journal line {index}" for index in range(15)]
     (config_dir / "status.json").write_text(json.dumps({"status": "failed", "journal_tail": journal}))
     failure = {"stage": "health", "reason": "the unit is failed\nsecond line"}
     display = RunDisplay(io.StringIO(), live=False)
+    outcome = {"config": "crash", "dir": str(config_dir), "status": "failed", "failure": failure}
     lines = play(
         display,
-        facts("lab2", bench_config_dir=str(config_dir), bench_stage="sweep"),
-        facts("lab2", bench_stage="health"),
-        event("runner_on_failed", "lab2", "Wait until healthy", msg="the unit is failed"),
-        facts("lab2", bench_outcomes=[{"config": "crash", "status": "failed", "failure": failure}]),
+        job(config_dir, "lab2", ("lab2", "lab1")),
+        event("runner_on_failed", "lab2", "Follow", msg="the unit is failed"),
+        ended("lab2"),
+        # Fetched while the host's next job starts: its journal is the failed job's, not the next one's.
+        job(config_dir.parent / "tp8", "lab2", ("lab2",)),
+        facts("lab2", bench_outcomes=[outcome]),
     )
     assert lines == [
-        "lab2 crash: health",
+        "lab2 crash: job crash#r0 over lab2 + lab1",
+        "lab2 tp8: job tp8#r0",
         "lab2 crash: FAILED at health: the unit is failed",
         *(f"    | journal line {index}" for index in range(5, 15)),
     ]
@@ -117,19 +126,20 @@ def test_outside_a_config_changes_and_failures_are_shown_with_the_host(tmp_path:
     ]
 
 
-def test_a_resumed_config_with_nothing_left_says_so_and_shows_no_stages(tmp_path: Path) -> None:
+def test_a_resumed_job_with_nothing_left_says_so(tmp_path: Path) -> None:
     config_dir = tmp_path / "demo" / "run1" / "lab1" / "tp8"
     lines = play(
         RunDisplay(io.StringIO(), live=False),
-        facts(bench_config_dir=str(config_dir), bench_stage="sweep"),
-        facts(bench_started=False),
-        facts(bench_stage="start"),
-        facts(bench_stage="health"),
-        facts(bench_stage="sweep"),
-        facts(bench_stage="fetch"),
+        job(config_dir),
+        event("runner_on_ok", task="Follow", finished=True, progress={}, planned=[]),
+        ended(),
         facts(bench_outcomes=[{"config": "tp8", "status": "ok", "failure": {}}]),
     )
-    assert lines == ["lab1 tp8: every point already measured (a resumed run)", "lab1 tp8: ok"]
+    assert lines == [
+        "lab1 tp8: job tp8#r0",
+        "lab1 tp8: every point already measured (a resumed run)",
+        "lab1 tp8: ok",
+    ]
 
 
 def test_a_host_whose_deploy_failed_shows_every_config_it_marked_failed(tmp_path: Path) -> None:
@@ -147,8 +157,8 @@ def test_live_mode_keeps_the_sweeps_in_flight_on_one_status_line_below_the_lines
     display = RunDisplay(io.StringIO(), live=True)
     play(
         display,
-        facts("lab1", bench_config_dir=str(tmp_path / "d" / "r" / "lab1" / "tp8"), bench_stage="sweep"),
-        facts("lab2", bench_config_dir=str(tmp_path / "d" / "r" / "lab2" / "ep4"), bench_stage="sweep"),
+        job(tmp_path / "d" / "r" / "lab1" / "tp8"),
+        job(tmp_path / "d" / "r" / "lab2" / "ep4", "lab2", ("lab2",)),
         event("runner_retry", "lab1", finished=False, progress=progress("c1-r0", 3, [])),
         event("runner_retry", "lab2", finished=False, progress=progress("c4-r0", 5, ["c1-r0: ok"])),
     )

@@ -1,10 +1,11 @@
 """What ``fairbench run`` shows of a campaign while ansible-runner plays it: Ansible events in, lines out.
 
-The bench role leaves its state in its facts (``bench_config_dir`` names the config, ``bench_stage`` its
-stage, ``bench_outcomes`` how it ended) and the follow task's retries carry the sweep's progress
-(``fairbench_sweep_status``): the display reads those, not task names, so renaming a task changes nothing.
-Lasting lines (a stage, a finished point, an outcome, a failure) are printed once; on a terminal, the sweeps
-in flight share one status line redrawn below them.
+The bench role leaves its state in its facts (``bench_config_dir`` and ``bench_job`` name the job it
+starts, ``bench_unfetched`` the job that ended, ``bench_outcomes`` how each ended, fetched) and the follow
+task's retries carry the sweep's progress (``fairbench_sweep_status``), its last the job's result: the
+display reads those, not task names, so renaming a task changes nothing. Lasting lines (a job, a finished
+point, an outcome, a failure) are printed once; on a terminal, the sweeps in flight share one status line
+redrawn below them.
 """
 
 from __future__ import annotations
@@ -29,11 +30,9 @@ class HostState:
 
     config_dir: str = ""
     """The config's results on the control node: <results root>/<campaign>/<run_id>/<host>/<config>."""
-    stage: str = ""
     config_open: bool = False
-    """Between a config's start and its outcome."""
+    """While a job runs: its own failures are rescued, and shown with its outcome."""
     in_flight: str = ""
-    nothing_to_run: bool = False
     finished_shown: int = 0
     outcomes_shown: int = 0
     progress_shown_at: float = 0.0
@@ -88,22 +87,20 @@ class RunDisplay:
             self._sweep_progress(host_name, host, result["progress"])
             if result.get("finished"):
                 host.in_flight = ""
+                if result.get("planned") == []:
+                    self._line(f"{host_name} {host.config}: every point already measured (a resumed run)")
         facts: dict[str, Any] = result.get("ansible_facts") or {}
         if "bench_config_dir" in facts:
-            # A config begins: its first stage is set with it, and shown once it moves on.
             host.config_dir = str(facts["bench_config_dir"])
             self.run_dir = Path(host.config_dir).parents[1]
-            host.stage = str(facts.get("bench_stage", ""))
             host.config_open = True
-            host.nothing_to_run = False
             host.finished_shown = 0
-        elif facts.get("bench_started") is False:
-            host.nothing_to_run = True
-            self._line(f"{host_name} {host.config}: every point already measured (a resumed run)")
-        elif "bench_stage" in facts and facts["bench_stage"] != host.stage:
-            host.stage = str(facts["bench_stage"])
-            if not host.nothing_to_run:
-                self._line(f"{host_name} {host.config}: {host.stage}")
+            job: dict[str, Any] = facts.get("bench_job") or {}
+            ranks = job.get("hosts") or []
+            over = f" over {' + '.join(ranks)}" if len(ranks) > 1 else ""
+            self._line(f"{host_name} {host.config}: job {job.get('id', host.config)}{over}")
+        if facts.get("bench_unfetched"):
+            host.config_open = False
         outcomes: list[dict[str, Any]] = facts.get("bench_outcomes") or []
         for outcome in outcomes[host.outcomes_shown :]:
             self._outcome(host_name, host, outcome)
@@ -131,8 +128,6 @@ class RunDisplay:
             self._line(f"{host_name} {host.config}: {host.in_flight}")
 
     def _outcome(self, host_name: str, host: HostState, outcome: dict[str, Any]) -> None:
-        host.in_flight = ""
-        host.config_open = False
         config = outcome.get("config", host.config)
         failure: dict[str, Any] = outcome.get("failure") or {}
         if outcome.get("status") != "failed":
@@ -141,7 +136,7 @@ class RunDisplay:
         self.failed_configs.append(f"{host_name}/{config}")
         reason = _first_line(failure.get("reason", ""))
         self._line(f"{host_name} {config}: FAILED at {failure.get('stage', '?')}: {reason}")
-        for line in quoted_journal(Path(host.config_dir), JOURNAL_LINES_SHOWN):
+        for line in quoted_journal(Path(outcome.get("dir") or host.config_dir), JOURNAL_LINES_SHOWN):
             self._line(f"    | {line}")
 
     def _recap(self, data: dict[str, Any]) -> None:

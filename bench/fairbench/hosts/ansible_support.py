@@ -16,7 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,10 @@ SWEEP_PROGRESS = "progress.json"
 HEALTH_PATH = "/health_generate"
 HEALTH_REQUEST_TIMEOUT_S = 30.0
 """One probe: SGLang's /health_generate itself gives up after 20 s (SGLANG_HEALTH_CHECK_TIMEOUT)."""
-HEALTH_POLL_INTERVAL_S = 1.0
+FOLLOW_POLL_S = 0.1
+"""How often a look at a background job (``background_sweep``) reads its job file while it waits."""
+HEALTH_POLL_INTERVAL_S = 0.25
+"""A probe is cheap; a server found healthy sooner starts its sweep sooner."""
 
 # Point keys shown in a sweep's per-level summary.
 SUMMARY_KEYS = (
@@ -68,10 +71,12 @@ def sweep_spec(
     gpus: int | None = None,
     energy_gpus: list[int] | None = None,
     identity: RunIdentity | None = None,
+    repeats: list[int] | None = None,
 ) -> SweepSpec:
     """The sweep that drives one server with a campaign's workload; ``energy_gpus``: the GPUs whose energy
     counts (NVML indices), None for every GPU; ``identity``: what its point lines name as their sweep (the
-    bench role gives the campaign, run id, inventory_hostname and config)."""
+    bench role gives the campaign, run id, inventory_hostname and config); ``repeats``: the repeats to
+    measure, None for every one."""
     return SweepSpec(
         url=url,
         workload=WorkloadSpec(
@@ -91,6 +96,21 @@ def sweep_spec(
         gpus=gpus,
         energy_gpus=energy_gpus,
         identity=identity or RunIdentity(),
+        only_repeats=repeats,
+    )
+
+
+def spec_from_arguments(arguments: dict[str, Any]) -> SweepSpec:
+    """The sweep the options of the sweep modules ask for (their doc fragment, fairbench.fairbench.sweep);
+    CampaignError when the workload breaks a rule."""
+    return sweep_spec(
+        Workload.from_json(arguments["workload"], "workload argument"),
+        arguments["url"],
+        model=arguments["model"],
+        gpus=arguments["gpus"],
+        energy_gpus=arguments["energy_gpus"],
+        identity=RunIdentity(**(arguments["identity"] or {})),
+        repeats=arguments["repeats"],
     )
 
 
@@ -109,6 +129,10 @@ class SweepOutcome:
     """Every point in the directory, reduced to SUMMARY_KEYS."""
     problems: list[str]
     """Points whose requests failed: a point is only trusted when every request completed."""
+    first_request_at: float | None = None
+    """Epoch seconds of the call's first request, None when it measured nothing (``Sweep``)."""
+    last_point_ended_at: float | None = None
+    """Epoch seconds its last point was written, None when it wrote none."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -116,6 +140,8 @@ class SweepOutcome:
             "written": self.written,
             "levels": self.levels,
             "problems": self.problems,
+            "first_request_at": self.first_request_at,
+            "last_point_ended_at": self.last_point_ended_at,
         }
 
 
@@ -138,7 +164,11 @@ def sweep(spec: SweepSpec, out: Path, *, check: bool, remeasure_failed: bool = F
         runner = Sweep(spec, results, Progress(log, live=False, state_path=out / SWEEP_PROGRESS))
         existing, planned = _plan(runner, remeasure_failed)
         written = asyncio.run(runner.run(resume=True, remeasure_failed=remeasure_failed))
-    return _outcome(results, existing, planned, [point["point_id"] for point in written])
+    return replace(
+        _outcome(results, existing, planned, [point["point_id"] for point in written]),
+        first_request_at=runner.first_request_at,
+        last_point_ended_at=runner.last_point_ended_at,
+    )
 
 
 def _plan(runner: Sweep, remeasure_failed: bool) -> tuple[list[str], list[str]]:
@@ -164,8 +194,10 @@ def _outcome(
     return SweepOutcome(existing=existing, planned=planned, written=written, levels=levels, problems=problems)
 
 
-def background_sweep(async_dir: Path, job_id: str, out: Path) -> dict[str, Any]:
-    """A sweep started with ``async`` and ``poll: 0``: its job's state, and its progress while it runs.
+def background_sweep(async_dir: Path, job_id: str, out: Path, wait_s: float = 0.0) -> dict[str, Any]:
+    """A sweep started with ``async`` and ``poll: 0``: its job's state, and its progress while it runs;
+    while it runs, waits up to ``wait_s`` for it to end (a look that returns as soon as it does costs one
+    SSH round trip, where polling every few seconds would cost the wait).
 
     ``progress`` is the sweep's latest Progress.state (empty before its first point starts). While the job
     runs, ``finished`` is false; once it ends, the sweep module's own result comes with ``finished`` true.
@@ -173,12 +205,17 @@ def background_sweep(async_dir: Path, job_id: str, out: Path) -> dict[str, Any]:
     module runs, then the module's result. An empty or half-written file is a job still starting.
     """
     job_file = async_dir.expanduser() / job_id
-    try:
-        job: dict[str, Any] = json.loads(job_file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {"finished": True, "failed": True, "msg": f"no sweep job {job_id} in {async_dir}"}
-    except json.JSONDecodeError:
-        job = {"started": True, "finished": False}
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            job: dict[str, Any] = json.loads(job_file.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {"finished": True, "failed": True, "msg": f"no sweep job {job_id} in {async_dir}"}
+        except json.JSONDecodeError:
+            job = {"started": True, "finished": False}
+        if not (job.get("started") and not job.get("finished")) or time.monotonic() >= deadline:
+            break
+        time.sleep(FOLLOW_POLL_S)
     try:
         progress = json.loads((out / SWEEP_PROGRESS).read_text(encoding="utf-8"))
     except (FileNotFoundError, json.JSONDecodeError):

@@ -9,14 +9,22 @@ report and by ``fairbench run``. Keys:
   did not;
 - ``journal_tail``: the lines of the server's journal (``journal.log`` beside it) that say why it failed,
   its last traceback where it has one (``fairbench.hosts.journal.excerpt``); empty when it did not fail;
-- ``host``, ``config``, ``unit``, ``run_id``: what ran where.
+- ``host``, ``config``, ``unit``, ``run_id``: what ran where;
+- ``hosts``: every host a job of the directory ran on, rank 0 first (``host`` alone for a deploy failure);
+- ``jobs``: one entry per job of this run that wrote into the directory (``JobStatus``): its ``job`` id,
+  ``repeats``, ``hosts`` (rank 0 first), ``status``, ``stage``, ``reason`` and ``journal_tail`` as above,
+  ``ranks`` (for a server over several hosts, each other rank's ``rank``, ``host`` and ``journal_tail``,
+  quoted from ``ranks/<host>/journal.log``) and ``timeline`` (``fairbench.hosts.config_run``: epoch seconds
+  on rank 0's host when its unit was started, answered healthy, got its first request and wrote its last
+  point). The top-level status is failed when any job failed, with the first failed job's stage, reason and
+  journal tail.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +38,15 @@ JOURNAL_EXCERPT_LINES = 30
 status to quote: its last Python traceback, else its last lines."""
 OK = "ok"
 FAILED = "failed"
-STAGES = ("deploy", "start", "health", "sweep", "fetch")
+STAGES = ("deploy", "clean", "start", "health", "sweep", "stop", "fetch")
 """The stages of a config in a campaign run, in order; a failure names the one it happened in."""
-SERVER_STAGES = STAGES[1:]
+SERVER_STAGES = STAGES[2:]
 """The stages with a server that may have run: only their failures quote a journal (a config whose deploy
-failed has none, and an earlier run's journal.log in its directory says nothing about this failure)."""
+failed, or whose host was not clean, started none, and an earlier run's journal.log in its directory says
+nothing about this failure)."""
+RANKS_DIR = "ranks"
+"""Under a config's directory, ``<host>/`` of each rank but rank 0 of a server over several hosts: its
+journal.log and unit.service."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +60,48 @@ class Failure:
 
 
 @dataclass(frozen=True)
+class RankStatus:
+    rank: int
+    host: str
+    journal_tail: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rank": self.rank, "host": self.host, "journal_tail": list(self.journal_tail)}
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """One job's share of a config's directory: its repeats, on its hosts, and how it ended."""
+
+    job: str
+    repeats: tuple[int, ...]
+    hosts: tuple[str, ...]
+    failure: Failure | None
+    journal_tail: tuple[str, ...] = ()
+    ranks: tuple[RankStatus, ...] = ()
+    timeline: dict[str, float | None] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job": self.job,
+            "repeats": list(self.repeats),
+            "hosts": list(self.hosts),
+            **_outcome(self.failure, self.journal_tail),
+            "ranks": [rank.to_json() for rank in self.ranks],
+            "timeline": dict(self.timeline),
+        }
+
+
+def _outcome(failure: Failure | None, tail: Sequence[str]) -> dict[str, Any]:
+    return {
+        "status": FAILED if failure else OK,
+        "stage": failure.stage if failure else None,
+        "reason": failure.reason if failure else None,
+        "journal_tail": list(tail),
+    }
+
+
+@dataclass(frozen=True)
 class ConfigStatus:
     host: str
     config: str
@@ -55,17 +109,28 @@ class ConfigStatus:
     run_id: str
     failure: Failure | None
     journal_tail: tuple[str, ...] = ()
+    jobs: tuple[dict[str, Any], ...] = ()
+    """``JobStatus.to_json`` of each job of this run in the directory."""
 
     def to_json(self) -> dict[str, Any]:
+        failed = next((job for job in self.jobs if job["status"] == FAILED), None)
+        if self.failure or failed is None:
+            outcome = _outcome(self.failure, self.journal_tail)
+        else:
+            outcome = {key: failed[key] for key in ("status", "stage", "reason", "journal_tail")}
+        hosts = (
+            [self.host]
+            if not self.jobs
+            else list(dict.fromkeys(h for job in self.jobs for h in job["hosts"]))
+        )
         return {
-            "status": FAILED if self.failure else OK,
-            "stage": self.failure.stage if self.failure else None,
-            "reason": self.failure.reason if self.failure else None,
-            "journal_tail": list(self.journal_tail),
+            **outcome,
             "host": self.host,
             "config": self.config,
             "unit": self.unit,
             "run_id": self.run_id,
+            "hosts": hosts,
+            "jobs": list(self.jobs),
         }
 
     def render(self) -> str:
@@ -82,6 +147,23 @@ def journal_tail(config_dir: Path, failure: Failure | None, lines: int) -> tuple
     except FileNotFoundError:
         return ()
     return tuple(excerpt(journal.splitlines(), lines))
+
+
+def with_job(config_dir: Path, status: ConfigStatus, job: JobStatus) -> ConfigStatus:
+    """``status`` holding ``job`` and the other jobs of the same run already recorded in ``config_dir``'s
+    status.json (a job recorded again replaces its earlier entry: a resume)."""
+    try:
+        previous = json.loads((config_dir / STATUS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        previous = {}
+    kept: list[dict[str, Any]] = []
+    if isinstance(previous, dict) and previous.get("run_id") == status.run_id:
+        kept = [
+            entry
+            for entry in previous.get("jobs") or []
+            if isinstance(entry, dict) and entry.get("job") != job.job and "status" in entry
+        ]
+    return replace(status, failure=None, journal_tail=(), jobs=(*kept, job.to_json()))
 
 
 def write_status(config_dir: Path, status: ConfigStatus, *, check: bool = False) -> bool:

@@ -76,6 +76,9 @@ class SweepSpec:
     identity: RunIdentity = field(default_factory=RunIdentity)
     """What each point line names as its sweep (``Sweep.identity``); not one of the settings: a resume is
     checked against the identity of the lines already there instead."""
+    only_repeats: list[int] | None = None
+    """The repeats this call measures (a campaign job's share of them); None: all of them. Not one of the
+    settings: the jobs of one config, each measuring its own repeats, write one results directory."""
 
     def settings(self, vocabulary: Vocabulary | None, model: str | None) -> dict[str, Any]:
         """The inputs a resumed sweep must share with the original (see ResultsDir.prepare); ``vocabulary``
@@ -217,6 +220,10 @@ class Sweep:
         # Request ids differ between runs: a resumed sweep must not reuse the id of a
         # request that a killed run left in flight (SGLang rejects duplicate ids).
         self.run_nonce = secrets.token_hex(4)
+        self.first_request_at: float | None = None
+        """Epoch seconds: when the first point's first request (its warmup's, if any) went out."""
+        self.last_point_ended_at: float | None = None
+        """Epoch seconds: when the last point written by this call was on disk."""
 
     def prepare(
         self, workload: Workload, api: ApiFormat, level: int, repeat: int, count: int, *, phase: str
@@ -244,10 +251,16 @@ class Sweep:
             done -= self.results.failed_ids()
         return [
             (level, repeat)
-            for repeat in range(self.spec.repeats)
+            for repeat in self.repeats()
             for level in self.spec.concurrency
             if point_id(level, repeat) not in done
         ]
+
+    def repeats(self) -> list[int]:
+        """The repeats this call measures, in order."""
+        every = range(self.spec.repeats)
+        only = self.spec.only_repeats
+        return list(every) if only is None else [repeat for repeat in every if repeat in only]
 
     async def run(self, *, resume: bool = False, remeasure_failed: bool = False) -> list[dict[str, Any]]:
         """Measure every point ``todo`` names, holding the results directory's writer lock; returns the
@@ -280,11 +293,13 @@ class Sweep:
             self._note_resumed(todo)
             # One sampler for the whole sweep: NVML starts once, not per point.
             with optional_sampler(spec.energy_gpus, self.progress.note, enabled=spec.energy) as energy:
+                self.first_request_at = time.time()
                 for index, (level, repeat) in enumerate(todo):
                     point, records = await self._measure_point(
                         client, workload, level, repeat, energy, identity=identity
                     )
                     written.append(self.results.write_point(point, records))
+                    self.last_point_ended_at = time.time()
                     _stop_when_unreachable(point["point_id"], records, left=len(todo) - index - 1)
         return written
 
@@ -299,7 +314,7 @@ class Sweep:
 
     def _note_resumed(self, todo: list[tuple[int, int]]) -> None:
         spec = self.spec
-        skipped = len(spec.concurrency) * spec.repeats - len(todo)
+        skipped = len(spec.concurrency) * len(self.repeats()) - len(todo)
         if skipped:
             self.progress.note(f"resuming: {skipped} point(s) already in {self.results.points_path}")
         present = self.results.completed_ids()

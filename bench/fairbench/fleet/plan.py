@@ -1,0 +1,140 @@
+"""The jobs of a campaign run and the pools of hosts that may take them.
+
+A job is one server's life: started clean, swept, stopped. Which jobs exist follows from the campaign's
+placement (``campaign.model.PLACEMENTS``):
+
+- ``spread``: one job per config and repeat (``tp8#r0``), taken by any host of the config's pool, so a
+  config's repeats may run on different hosts and each repeat is a fresh server;
+- ``every-host``: one job per config and host of its pool (``tp8@lab1``), with every repeat, as a hardware
+  comparison needs the same config on each host.
+
+A config's pool is the play's hosts, or those of the inventory group it is pinned to (``hosts:``); a
+server over ``nodes`` hosts needs that many hosts of its pool at once. Hosts in ``excluded`` (their deploy
+failed) take no job. Jobs are listed in the order they are taken: repeat-major under ``spread`` (every
+config's first repeat before any config's second, so a slow drift of the machines does not fall on one
+config), then the campaign's config order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fairbench.campaign.model import DEFAULT_NODES, EVERY_HOST, SPREAD
+
+PLAY_POOL = "gpu_hosts"
+"""The pool of a config pinned to no group: the play's hosts, named after the inventory group it runs on."""
+
+
+class PlanError(Exception):
+    """The campaign cannot be placed on these hosts; the message says which config and why."""
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    config: str
+    repeats: tuple[int, ...]
+    """The repeats this job measures (``point_id``'s repeat numbers)."""
+    pool: str
+    """The pool's name: PLAY_POOL or the inventory group the config is pinned to."""
+    hosts: tuple[str, ...]
+    """The hosts that may take it: its pool, or under ``every-host`` the one host it is for."""
+    nodes: int
+    """Hosts its server spans, rank 0 first; each takes part until the job ends."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "config": self.config,
+            "repeats": list(self.repeats),
+            "pool": self.pool,
+            "eligible": list(self.hosts),
+            "nodes": self.nodes,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Job:
+        return cls(
+            id=str(data["id"]),
+            config=str(data["config"]),
+            repeats=tuple(int(repeat) for repeat in data["repeats"]),
+            pool=str(data["pool"]),
+            hosts=tuple(str(host) for host in data["eligible"]),
+            nodes=int(data["nodes"]),
+        )
+
+
+def pools(
+    campaign: Mapping[str, Any], groups: Mapping[str, Sequence[str]], play_hosts: Sequence[str]
+) -> dict[str, list[str]]:
+    """Each pool the campaign's configs use, by name, with its hosts in the play's order: PLAY_POOL, and each
+    group a config is pinned to (only its hosts that are in the play)."""
+    found = {PLAY_POOL: list(play_hosts)}
+    for name, config in campaign["configs"].items():
+        group = config.get("hosts")
+        if group is None or group in found:
+            continue
+        if group not in groups:
+            known = ", ".join(sorted(g for g in groups if g not in ("all", "ungrouped")))
+            raise PlanError(f"config {name}: hosts: {group} is no inventory group (groups: {known})")
+        members = set(groups[group])
+        found[group] = [host for host in play_hosts if host in members]
+    return found
+
+
+def plan(
+    campaign: Mapping[str, Any],
+    pools_by_name: Mapping[str, Sequence[str]],
+    *,
+    placement: str,
+    excluded: Sequence[str] = (),
+) -> list[Job]:
+    """The run's jobs, in the order they are taken (module docstring). PlanError when a config's pool has
+    fewer hosts than its server needs; one whose usable hosts (less ``excluded``) are too few still gets
+    its jobs, which the queue leaves unplaced (``queue.new_state``)."""
+    repeats = int(campaign["workload"]["repeats"])
+    configs = list(campaign["configs"].values())
+    usable = {
+        name: tuple(host for host in hosts if host not in excluded) for name, hosts in pools_by_name.items()
+    }
+    for config in configs:
+        pool = config.get("hosts") or PLAY_POOL
+        nodes = int(config.get("nodes", DEFAULT_NODES))
+        if len(pools_by_name[pool]) < nodes:
+            raise PlanError(
+                f"config {config['name']}: its server spans {nodes} host(s), but pool {pool} has "
+                f"{len(pools_by_name[pool])}: {', '.join(pools_by_name[pool]) or 'none'}"
+            )
+    if placement == SPREAD:
+        return [
+            _job(config, f"{config['name']}#r{repeat}", (repeat,), usable)
+            for repeat in range(repeats)
+            for config in configs
+        ]
+    if placement == EVERY_HOST:
+        return [
+            _job(config, f"{config['name']}@{host}", tuple(range(repeats)), usable, host=host)
+            for config in configs
+            for host in usable[config.get("hosts") or PLAY_POOL]
+        ]
+    raise PlanError(f"placement {placement!r}: not {SPREAD} or {EVERY_HOST}")
+
+
+def _job(
+    config: Mapping[str, Any],
+    job_id: str,
+    repeats: tuple[int, ...],
+    usable: Mapping[str, tuple[str, ...]],
+    host: str | None = None,
+) -> Job:
+    pool = config.get("hosts") or PLAY_POOL
+    return Job(
+        id=job_id,
+        config=str(config["name"]),
+        repeats=repeats,
+        pool=pool,
+        hosts=(host,) if host else usable[pool],
+        nodes=int(config.get("nodes", DEFAULT_NODES)),
+    )

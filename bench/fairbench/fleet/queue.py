@@ -1,0 +1,314 @@
+"""The work queue the hosts of a campaign run take their jobs from: ``fleet.json`` in the run's directory.
+
+Every host loops: claim a job, run it, say how it ended, claim again, until the queue says it is done. A
+host takes the first job (in plan order) it is eligible for that nobody has taken, so a slow config holds
+up no other host. A server over ``nodes`` hosts is gathered: the first host to claim it leads (rank 0, the
+one that starts, sweeps and stops every rank); later claimers that are eligible join it (ranks 1, 2, ...
+in the order they came) and wait until it ends; its leader runs it once it has all its hosts. Jobs are
+gathered in plan order, so two servers can never each hold half the hosts the other needs.
+
+A re-run of the same run id resumes: a job runs again (its sweep measures only the points missing), but
+only on the host that measured it before (``sticky``, learned from the previous fleet.json and from the
+points already in the results tree), so one job's points never end up split over two host directories.
+A job whose hosts are all gone from the run (``--limit``, a failed deploy) is ``unplaced``, with why.
+
+The file is JSON, rewritten whole (through a temporary file and a rename) under an exclusive lock of
+``.fleet.json.lock``, so concurrent claims from every host's Ansible worker see one consistent queue. Keys:
+
+- ``placement``, ``pools`` (name: hosts), ``excluded`` (host: why it takes no job), ``equivalence`` (the
+  hosts' facts and differences, ``fleet.equivalence``);
+- ``jobs``: the plan (``Job.to_json``), each with ``state`` (one of ``STATES``), ``hosts`` (those running
+  it, rank 0 first), ``sticky``, ``claimed_at`` and ``finished_at`` (epoch seconds on the control node),
+  ``reason`` (why it failed or was not placed);
+- ``finished_hosts``: the hosts told they are done.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fairbench.fleet.plan import Job
+from fairbench.measure.results import POINTS_FILE
+
+FLEET_FILE = "fleet.json"
+PENDING = "pending"
+GATHERING = "gathering"
+RUNNING = "running"
+OK = "ok"
+FAILED = "failed"
+UNPLACED = "unplaced"
+STATES = (PENDING, GATHERING, RUNNING, OK, FAILED, UNPLACED)
+OPEN = (PENDING, GATHERING)
+"""States of a job a host may still take or join."""
+
+RUN = "run"
+WAIT = "wait"
+DONE = "done"
+"""What a claim answers: run this job, wait and claim again, or nothing is left for this host."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    answer: str
+    job: dict[str, Any] | None = None
+    """For RUN: the job, with ``hosts`` (rank 0 first)."""
+    why: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"answer": self.answer, "job": self.job, "why": self.why}
+
+
+@dataclass(frozen=True)
+class Finished:
+    """How a job ended, as its rank 0 says when it claims the next."""
+
+    job: str
+    ok: bool
+    reason: str | None = None
+
+
+class QueueState:
+    """The queue in memory: ``claim`` and ``finish`` are the whole algorithm (module docstring)."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = data
+
+    @property
+    def jobs(self) -> list[dict[str, Any]]:
+        jobs: list[dict[str, Any]] = self.data["jobs"]
+        return jobs
+
+    @property
+    def finished_hosts(self) -> list[str]:
+        hosts: list[str] = self.data["finished_hosts"]
+        return hosts
+
+    def claim(self, host: str, now: float) -> Claim:
+        for job in self.jobs:
+            if job["state"] in (GATHERING, RUNNING) and host in job["hosts"]:
+                return self._joined(job, host, now)
+        for job in self.jobs:
+            if job["state"] in OPEN and self._may_take(job, host):
+                job["hosts"].append(host)
+                job["state"] = GATHERING
+                return self._joined(job, host, now)
+        self._unplace_stuck()
+        if any(job["state"] in OPEN and self._may_take(job, host) for job in self.jobs):
+            return Claim(WAIT, why="a server over several hosts is being gathered")
+        if host not in self.finished_hosts:
+            self.finished_hosts.append(host)
+        self._unplace_stuck()
+        return Claim(DONE)
+
+    def finish(self, job_id: str, host: str, *, ok: bool, reason: str | None, now: float) -> None:
+        """Record how the job ``host`` led ended; again for a job it already finished, nothing (a retried
+        claim carries its finish again)."""
+        job = self.job(job_id)
+        if job["state"] in (OK, FAILED) and job["hosts"][:1] == [host]:
+            return
+        if job["state"] != RUNNING or not job["hosts"] or job["hosts"][0] != host:
+            raise ValueError(f"{FLEET_FILE}: job {job_id} is not running with {host} as its rank 0")
+        job["state"] = OK if ok else FAILED
+        job["reason"] = reason
+        job["finished_at"] = now
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        for job in self.jobs:
+            if job["id"] == job_id:
+                return job
+        raise ValueError(f"{FLEET_FILE}: no job {job_id}")
+
+    def _joined(self, job: dict[str, Any], host: str, now: float) -> Claim:
+        if len(job["hosts"]) < job["nodes"]:
+            return Claim(WAIT, why=f"{job['id']} has {len(job['hosts'])} of its {job['nodes']} hosts")
+        if job["state"] == GATHERING:
+            job["state"] = RUNNING
+            job["claimed_at"] = now
+        if job["hosts"][0] != host:
+            rank = job["hosts"].index(host)
+            return Claim(WAIT, why=f"rank {rank} of {job['id']}, run by {job['hosts'][0]}")
+        return Claim(RUN, job=dict(job))
+
+    def _may_take(self, job: dict[str, Any], host: str) -> bool:
+        if host not in job["eligible"] or host in job["hosts"] or host in self.finished_hosts:
+            return False
+        sticky: list[str] = job["sticky"]
+        # The host that measured it before leads it again; the other ranks may be any.
+        return not sticky or (host == sticky[0] if not job["hosts"] else host in job["eligible"])
+
+    def _unplace_stuck(self) -> None:
+        """Jobs that can no longer get their hosts: every host left to take them has been told it is done."""
+        for job in self.jobs:
+            if job["state"] not in OPEN:
+                continue
+            left = [h for h in job["eligible"] if h not in self.finished_hosts or h in job["hosts"]]
+            leaders = job["sticky"][:1] or left
+            if len(left) < job["nodes"] or not any(h in left for h in leaders):
+                job["state"] = UNPLACED
+                job["reason"] = (
+                    f"needs {job['nodes']} host(s) of {', '.join(job['eligible'])}"
+                    + (f", led by {job['sticky'][0]}, which measured it before" if job["sticky"] else "")
+                    + f"; left to take it: {', '.join(left) or 'none'}"
+                )
+                job["hosts"] = []
+
+
+def new_state(
+    *,
+    placement: str,
+    pools: Mapping[str, Sequence[str]],
+    jobs: Sequence[Job],
+    excluded: Mapping[str, str],
+    equivalence: Mapping[str, Any] | None,
+    sticky: Mapping[str, Sequence[str]],
+) -> dict[str, Any]:
+    """A fresh queue of ``jobs``: every job pending, led by its sticky hosts where it has them, but those
+    with too few usable hosts (their pool's others failed to deploy), unplaced at once."""
+    data: dict[str, Any] = {
+        "placement": placement,
+        "pools": {name: list(hosts) for name, hosts in pools.items()},
+        "excluded": dict(excluded),
+        "equivalence": dict(equivalence) if equivalence is not None else None,
+        "jobs": [
+            {
+                **job.to_json(),
+                "state": PENDING,
+                "hosts": [],
+                "sticky": list(sticky.get(job.id, ())),
+                "claimed_at": None,
+                "finished_at": None,
+                "reason": None,
+            }
+            for job in jobs
+        ],
+        "finished_hosts": [],
+    }
+    queued: list[dict[str, Any]] = data["jobs"]
+    for job in queued:
+        if len(job["eligible"]) < job["nodes"]:
+            failed = [f"{host} ({why})" for host, why in excluded.items() if host in pools[job["pool"]]]
+            job["state"] = UNPLACED
+            job["reason"] = (
+                f"needs {job['nodes']} host(s) of pool {job['pool']}; usable: "
+                f"{', '.join(job['eligible']) or 'none'}; deploy failed on {', '.join(failed) or 'none'}"
+            )
+    return data
+
+
+def sticky_hosts(run_dir: Path, jobs: Sequence[Job]) -> dict[str, list[str]]:
+    """The hosts each job ran on before in this run: from the previous fleet.json, else the host whose
+    results directory holds points of the job's repeats."""
+    previous: dict[str, list[str]] = {}
+    try:
+        old = json.loads((run_dir / FLEET_FILE).read_text(encoding="utf-8"))
+        for job in old.get("jobs", []):
+            if job.get("hosts"):
+                previous[str(job["id"])] = [str(host) for host in job["hosts"]]
+    except (OSError, ValueError, AttributeError, TypeError):
+        pass
+    found: dict[str, list[str]] = {}
+    for job in jobs:
+        if job.id in previous:
+            found[job.id] = previous[job.id]
+            continue
+        for host in job.hosts:
+            if _has_points(run_dir / host / job.config / POINTS_FILE, job.repeats):
+                found[job.id] = [host]
+                break
+    return found
+
+
+def _has_points(points: Path, repeats: Sequence[int]) -> bool:
+    suffixes = tuple(f"-r{repeat}" for repeat in repeats)
+    try:
+        lines = points.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return False
+    for line in lines:
+        try:
+            if str(json.loads(line).get("point_id", "")).endswith(suffixes):
+                return True
+        except (ValueError, AttributeError):
+            continue
+    return False
+
+
+class Queue:
+    """fleet.json on disk: each call reads it, changes it and writes it back under the lock."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / FLEET_FILE
+        self.lock_path = run_dir / f".{FLEET_FILE}.lock"
+
+    def create(self, data: dict[str, Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._locked():
+            self._write(data)
+
+    def read(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self.path.read_text(encoding="utf-8"))
+        return data
+
+    def claim(self, host: str, finished: Finished | None = None) -> Claim:
+        """The next job for ``host``, after recording how the one it ran before ended (``finished``)."""
+        with self._locked():
+            state = QueueState(self.read())
+            if finished is not None:
+                state.finish(finished.job, host, ok=finished.ok, reason=finished.reason, now=time.time())
+            claim = state.claim(host, time.time())
+            self._write(state.data)
+        return claim
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        with self.lock_path.open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _write(self, data: dict[str, Any]) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, self.path)
+
+
+def predict(data: dict[str, Any], hosts: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+    """The jobs each host would lead (with the hosts they would run on) if every job took the same time:
+    what ``--check`` shows, by running the queue's own algorithm on a copy."""
+    state = QueueState(json.loads(json.dumps(data)))
+    led: dict[str, list[dict[str, Any]]] = {host: [] for host in hosts}
+    running: list[tuple[int, str, str]] = []  # (ends at step, job, its rank 0)
+    idle = list(hosts)
+    step = 0
+    while idle or running:
+        before = json.dumps(state.data)
+        still_idle = []
+        for host in idle:
+            claim = state.claim(host, float(step))
+            if claim.answer == RUN and claim.job is not None:
+                led[host].append(claim.job)
+                running.append((step + 1, claim.job["id"], host))
+            elif claim.answer == WAIT:
+                still_idle.append(host)
+        idle = still_idle
+        if not running:
+            if json.dumps(state.data) != before:
+                continue  # a host joined a server: its leader claims again
+            break  # every host is done, or waits on a server nothing running will free hosts for
+        step = min(end for end, _, _ in running)
+        for end, job_id, leader in [entry for entry in running if entry[0] == step]:
+            running.remove((end, job_id, leader))
+            job = state.job(job_id)
+            state.finish(job_id, leader, ok=True, reason=None, now=float(step))
+            idle.extend(host for host in job["hosts"] if host not in idle)
+    return led

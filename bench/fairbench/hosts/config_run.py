@@ -1,0 +1,225 @@
+"""One job of a campaign on its host (rank 0's, for a server over several hosts), in one process: the host is
+made clean, the config's unit started, waited on until healthy, swept, stopped, and the host waited on until
+clean again. Its files land in the job's results directory on the host, which the bench role fetches whole.
+
+Run by the ``fairbench_config_run`` module in the background (``async``), so one SSH round trip starts a job
+and the next finds it ended: campaign overhead between two configs is then a few round trips, not the
+dozens of tasks each stage would cost. Each stage is one of ``measure.status.STAGES``; a failure names it.
+
+Files written beside the sweep's: ``unit.service`` (the unit as started), ``server_info.json`` (its
+/server_info), ``host.json`` (``ansible_support.host_facts``), ``journal.log`` (the unit's journal since it
+was started). ``timeline`` (epoch seconds on this host) says when the unit was started, answered healthy,
+got its first request, and wrote its last point: the campaign's overhead is measured from it
+(``fleet.timeline``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fairbench.hosts.ansible_support import (
+    ServingError,
+    SweepOutcome,
+    host_facts,
+    sweep,
+    wait_until_healthy,
+)
+from fairbench.hosts.clean_state import CleanState, CleanStateError, failure_message, wait_clean
+from fairbench.measure.status import JOURNAL_FILE
+from fairbench.measure.sweep import SweepSpec
+
+SERVER_INFO_FILE = "server_info.json"
+HOST_FILE = "host.json"
+UNIT_FILE = "unit.service"
+UNIT_DIR = Path("/etc/systemd/system")
+TIMELINE_KEYS = ("unit_started_at", "healthy_at", "first_request_at", "last_point_ended_at")
+
+
+@dataclass(frozen=True)
+class CleanSettings:
+    """What a clean host is (``hosts.clean_state.check``): nothing on the server's port, no process of the
+    servers' user, no fairbench unit running, the GPUs back at their idle baseline."""
+
+    port: int
+    user: str
+    unit_pattern: str
+    baseline: dict[str, int] | None
+    tolerance_mib: int | None
+    timeout_s: float
+
+
+class StageError(Exception):
+    """A stage of the job failed: ``stage`` names it, the message says why."""
+
+    def __init__(self, stage: str, message: str) -> None:
+        super().__init__(message)
+        self.stage = stage
+
+
+@dataclass
+class JobRun:
+    """The job's inputs, and what happened to it as it ran (``to_json`` is the module's result)."""
+
+    unit: str
+    url: str
+    out: Path
+    spec: SweepSpec
+    clean: CleanSettings
+    start_timeout_s: float
+    journal_lines: int
+    remeasure_failed: bool = False
+    stage: str = "clean"
+    started: bool = False
+    timeline: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(TIMELINE_KEYS))
+    sweep: dict[str, Any] = field(default_factory=dict)
+    stopped_units: list[str] = field(default_factory=list)
+    planned: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage,
+            "server_started": self.started,
+            "planned": self.planned,
+            "timeline": self.timeline,
+            "sweep": self.sweep,
+            "stopped_units": self.stopped_units,
+        }
+
+
+def run_job(job: JobRun) -> JobRun:
+    """Run every stage; raises StageError (with ``job`` telling how far it got) when one fails. The server
+    is stopped and its journal saved whenever it was started, whatever failed."""
+    job.out.mkdir(parents=True, exist_ok=True)
+    planned = plan(job)
+    if not job.planned:
+        # A resumed job with every point measured: no server is started for nothing. Points whose requests
+        # failed still fail it, so a crashed server is never reported as done.
+        job.stage = "sweep"
+        if planned.problems:
+            raise StageError("sweep", "points with failed requests: " + "; ".join(planned.problems))
+        return job
+    since: float | None = None
+    try:
+        job.stopped_units = _clean(job, "before", stop_units=True).stopped
+        job.stage = "start"
+        since = time.time()
+        job.timeline["unit_started_at"] = since
+        # Started from here on: even a failed restart leaves a journal worth saving, and a unit to stop.
+        job.started = True
+        _systemctl("restart", job.unit)
+        _copy_unit(job)
+        job.stage = "health"
+        try:
+            server_info = wait_until_healthy(job.url, job.unit, job.start_timeout_s)
+        except ServingError as exc:
+            raise StageError("health", str(exc)) from None
+        job.timeline["healthy_at"] = time.time()
+        _write_json(job.out / SERVER_INFO_FILE, server_info)
+        _write_json(job.out / HOST_FILE, host_facts(job.unit))
+        job.stage = "sweep"
+        outcome = sweep(job.spec, job.out, check=False, remeasure_failed=job.remeasure_failed)
+        job.sweep = outcome.to_json()
+        job.timeline["first_request_at"] = outcome.first_request_at
+        job.timeline["last_point_ended_at"] = outcome.last_point_ended_at
+        if outcome.problems:
+            raise StageError("sweep", "points with failed requests: " + "; ".join(outcome.problems))
+    except StageError:
+        _stop(job, since, failing=True)
+        raise
+    except Exception as exc:
+        _stop(job, since, failing=True)
+        raise StageError(job.stage, f"{type(exc).__name__}: {exc}") from exc
+    job.stage = "stop"
+    _stop(job, since, failing=False)
+    return job
+
+
+def plan(job: JobRun) -> SweepOutcome:
+    """What the job would measure (``planned``: the points its results directory lacks) and the points
+    already there; ResultsError when those are another sweep's."""
+    outcome = sweep(job.spec, job.out, check=True, remeasure_failed=job.remeasure_failed)
+    job.planned = outcome.planned
+    return outcome
+
+
+def _clean(job: JobRun, mode: str, *, stop_units: bool) -> CleanState:
+    """Wait until the host is clean (``mode``: before starting, or after stopping, clean_state.MODES);
+    StageError naming what it found when it does not become clean in time."""
+    settings = job.clean
+    stage = "clean" if mode == "before" else "stop"
+    try:
+        state = wait_clean(
+            port=settings.port,
+            user=settings.user,
+            unit_pattern=settings.unit_pattern,
+            baseline=settings.baseline,
+            tolerance_mib=settings.tolerance_mib,
+            timeout_s=settings.timeout_s,
+            stop_units=stop_units,
+        )
+    except CleanStateError as exc:
+        raise StageError(stage, str(exc)) from None
+    if not state.clean:
+        raise StageError(stage, failure_message(state, mode, settings.timeout_s))
+    return state
+
+
+def _stop(job: JobRun, since: float | None, *, failing: bool) -> None:
+    """Stop the unit, save its journal, and wait until the host is clean again; while failing, a host that
+    stays dirty is noted in the journal's place rather than hiding the first failure."""
+    if since is None:
+        return
+    stop_error = None
+    try:
+        _systemctl("stop", job.unit)
+    except StageError as exc:
+        stop_error = exc
+    _save_journal(job, since)
+    if stop_error is not None and not failing:
+        raise stop_error
+    try:
+        _clean(job, "after", stop_units=False)
+    except StageError:
+        if not failing:
+            raise
+
+
+def _systemctl(action: str, unit: str) -> None:
+    done = subprocess.run(["systemctl", action, unit], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        stage = "start" if action == "restart" else "stop"
+        raise StageError(stage, f"systemctl {action} {unit}: {done.stderr.strip() or done.returncode}")
+
+
+def _copy_unit(job: JobRun) -> None:
+    # A unit kept elsewhere is not copied: the report notes unit.service missing.
+    with contextlib.suppress(OSError):
+        (job.out / UNIT_FILE).write_bytes((UNIT_DIR / job.unit).read_bytes())
+
+
+def _save_journal(job: JobRun, since: float) -> None:
+    shown = subprocess.run(
+        [
+            "journalctl",
+            f"--unit={job.unit}",
+            f"--since=@{int(since)}",
+            f"--lines={job.journal_lines}",
+            "--output=short-iso",
+            "--no-pager",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    (job.out / JOURNAL_FILE).write_text(shown.stdout.rstrip("\n") + "\n", encoding="utf-8")
+
+
+def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")

@@ -1,0 +1,147 @@
+#!/usr/bin/python
+"""Ansible module fairbench_fleet: place a campaign's jobs on the hosts, after checking the hosts agree."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: fairbench_fleet
+short_description: Plan which host runs which job of a fairbench campaign, and check the hosts are equivalent
+description:
+  - Runs on the control node with a Python that imports fairbench (the venv running ansible-playbook).
+  - Makes the run's jobs from the campaign's placement (fairbench.fleet.plan) and writes the run's work
+    queue, fleet.json, into C(run_dir) (fairbench.fleet.queue); a re-run of the run resumes it, each job
+    staying on the host that measured it.
+  - Before that, compares the facts of the hosts of each pool (fairbench.fleet.equivalence). Under
+    placement spread, a difference the campaign does not accept (C(accept_host_differences)) fails the
+    task with every difference named. Under every-host, differences are what is being compared, and are
+    only recorded.
+  - Returns the jobs each host would take if every job took as long (C(predicted)); in check mode it writes
+    nothing and returns only that.
+options:
+  campaign:
+    description: The expanded campaign (the fairbench_campaign fact).
+    type: dict
+    required: true
+  run_dir:
+    description: The run's directory on the control node.
+    type: path
+    required: true
+  groups:
+    description: The inventory's groups (C(groups)), for configs pinned to one.
+    type: dict
+    required: true
+  play_hosts:
+    description: The hosts of the play, in order (C(ansible_play_hosts_all)).
+    type: list
+    elements: str
+    required: true
+  excluded:
+    description: Hosts that take no job, with why (their deploy failed).
+    type: dict
+    default: {}
+  facts:
+    description: Each host's fleet facts (fairbench_fleet_facts), by host.
+    type: dict
+    default: {}
+  placement:
+    description: Overrides the campaign's placement (the inventory's bench_placement).
+    type: str
+    choices: [spread, every-host]
+"""
+
+EXAMPLES = r"""
+- name: Place the jobs
+  fairbench.fairbench.fairbench_fleet:
+    campaign: "{{ fairbench_campaign }}"
+    run_dir: results/demo/run1
+    groups: "{{ groups }}"
+    play_hosts: "{{ ansible_play_hosts_all }}"
+    facts: "{{ dict(hosts | zip(hosts | map('extract', hostvars, 'fleet_facts'))) }}"
+  vars:
+    hosts: "{{ ansible_play_hosts_all }}"
+  delegate_to: localhost
+  run_once: true
+"""
+
+RETURN = r"""
+placement:
+  description: The placement used.
+  type: str
+jobs:
+  description: The jobs, in the order hosts take them.
+  type: list
+predicted:
+  description: Host to the jobs it would take (and lead) if all jobs took as long, with their hosts.
+  type: dict
+equivalence:
+  description: The facts compared, and the differences found (refused and accepted).
+  type: dict
+"""
+
+from pathlib import Path
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_import import (
+    ON_CONTROL_NODE,
+    FairbenchImport,
+)
+
+with FairbenchImport(ON_CONTROL_NODE) as FAIRBENCH_IMPORT:
+    from fairbench.fleet.equivalence import check_pools
+    from fairbench.fleet.plan import SPREAD, PlanError, plan, pools
+    from fairbench.fleet.queue import Queue, new_state, predict, sticky_hosts
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "campaign": {"type": "dict", "required": True},
+            "run_dir": {"type": "path", "required": True},
+            "groups": {"type": "dict", "required": True},
+            "play_hosts": {"type": "list", "elements": "str", "required": True},
+            "excluded": {"type": "dict", "default": {}},
+            "facts": {"type": "dict", "default": {}},
+            "placement": {"type": "str", "choices": ["spread", "every-host"]},
+        },
+        supports_check_mode=True,
+    )
+    FAIRBENCH_IMPORT.check(module)
+    params = module.params
+    campaign = params["campaign"]
+    placement = params["placement"] or campaign["placement"]
+    excluded = {str(host): str(why) for host, why in params["excluded"].items()}
+    try:
+        by_name = pools(campaign, params["groups"], params["play_hosts"])
+        jobs = plan(campaign, by_name, placement=placement, excluded=list(excluded))
+    except PlanError as exc:
+        module.fail_json(msg=str(exc))
+    usable = {name: [host for host in hosts if host not in excluded] for name, hosts in by_name.items()}
+    equivalence = None
+    if params["facts"]:
+        checked = check_pools(params["facts"], usable, campaign.get("accept_host_differences", []))
+        equivalence = checked.to_json()
+        if placement == SPREAD and checked.refused:
+            module.fail_json(msg=checked.message(), equivalence=equivalence)
+    run_dir = Path(params["run_dir"])
+    state = new_state(
+        placement=placement,
+        pools=by_name,
+        jobs=jobs,
+        excluded=excluded,
+        equivalence=equivalence,
+        sticky=sticky_hosts(run_dir, jobs),
+    )
+    predicted = predict(state, [host for host in params["play_hosts"] if host not in excluded])
+    if not module.check_mode:
+        Queue(run_dir).create(state)
+    module.exit_json(
+        changed=not module.check_mode,
+        placement=placement,
+        jobs=state["jobs"],
+        predicted=predicted,
+        equivalence=equivalence,
+    )
+
+
+if __name__ == "__main__":
+    main()

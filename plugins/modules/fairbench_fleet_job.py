@@ -1,0 +1,124 @@
+#!/usr/bin/python
+"""Ansible module fairbench_fleet_job: take the next job of a campaign run's queue, or say how one ended."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: fairbench_fleet_job
+short_description: Claim the next job of a fairbench run's work queue for a host
+description:
+  - Runs on the control node (C(delegate_to) localhost) with a Python that imports fairbench; the queue is
+    the run's fleet.json (fairbench.fleet.queue), which fairbench_fleet wrote.
+  - Records how the host's previous job ended (C(finished)), then answers C(run) (with the next job, its
+    hosts rank 0 first), C(wait) (a server over several hosts is being gathered, or the host is one of its
+    ranks; claim again later) or C(done) (nothing is left for the host). Retry it with C(until) while it
+    answers C(wait); a finish given again is recorded once.
+  - In check mode the queue is not touched: a claim answers the C(index)th job of C(predicted), then done.
+options:
+  run_dir:
+    description: The run's directory on the control node.
+    type: path
+    required: true
+  host:
+    description: The host claiming (C(inventory_hostname)).
+    type: str
+    required: true
+  finished:
+    description: How the job the host ran before ended.
+    type: dict
+    suboptions:
+      job:
+        description: The job's id.
+        type: str
+        required: true
+      ok:
+        description: Whether it ended well.
+        type: bool
+        required: true
+      reason:
+        description: Why it failed.
+        type: str
+  predicted:
+    description: In check mode, the jobs the host would take (fairbench_fleet's C(predicted)).
+    type: list
+    elements: dict
+    default: []
+  index:
+    description: In check mode, how many jobs the host has taken before.
+    type: int
+    default: 0
+"""
+
+EXAMPLES = r"""
+- name: Take the next job
+  fairbench.fairbench.fairbench_fleet_job:
+    run_dir: results/demo/run1
+    host: "{{ inventory_hostname }}"
+    finished: {job: "tp8#r0", ok: true}
+  delegate_to: localhost
+  register: claim
+  until: claim.answer != 'wait'
+  retries: 86400
+  delay: 1
+"""
+
+RETURN = r"""
+answer:
+  description: run, wait or done.
+  type: str
+job:
+  description: The job to run, with its hosts (rank 0 first); null unless the answer is run.
+  type: dict
+why:
+  description: Why to wait.
+  type: str
+"""
+
+from pathlib import Path
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_import import (
+    ON_CONTROL_NODE,
+    FairbenchImport,
+)
+
+with FairbenchImport(ON_CONTROL_NODE) as FAIRBENCH_IMPORT:
+    from fairbench.fleet.queue import DONE, RUN, Claim, Finished, Queue
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "run_dir": {"type": "path", "required": True},
+            "host": {"type": "str", "required": True},
+            "finished": {
+                "type": "dict",
+                "options": {
+                    "job": {"type": "str", "required": True},
+                    "ok": {"type": "bool", "required": True},
+                    "reason": {"type": "str"},
+                },
+            },
+            "predicted": {"type": "list", "elements": "dict", "default": []},
+            "index": {"type": "int", "default": 0},
+        },
+        supports_check_mode=True,
+    )
+    FAIRBENCH_IMPORT.check(module)
+    params = module.params
+    if module.check_mode:
+        predicted = params["predicted"]
+        index = params["index"]
+        claim = Claim(RUN, job=predicted[index]) if index < len(predicted) else Claim(DONE)
+        module.exit_json(changed=False, **claim.to_json())
+    finished = Finished(**params["finished"]) if params["finished"] else None
+    try:
+        claim = Queue(Path(params["run_dir"])).claim(params["host"], finished)
+    except (OSError, ValueError) as exc:
+        module.fail_json(msg=str(exc))
+    # The queue changes when a job is taken or finished; a wait changes nothing of note.
+    module.exit_json(changed=claim.answer == RUN or finished is not None, **claim.to_json())
+
+
+if __name__ == "__main__":
+    main()

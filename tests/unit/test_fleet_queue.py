@@ -1,0 +1,198 @@
+"""The fleet's plan and work queue: which jobs a campaign makes, and which host takes which, concurrently."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fairbench.fleet.plan import PLAY_POOL, PlanError, plan, pools
+from fairbench.fleet.queue import (
+    DONE,
+    FAILED,
+    OK,
+    RUN,
+    UNPLACED,
+    WAIT,
+    Finished,
+    Queue,
+    QueueState,
+    new_state,
+    predict,
+    sticky_hosts,
+)
+
+
+def campaign(*configs: dict[str, Any], repeats: int = 1, placement: str = "spread") -> dict[str, Any]:
+    return {
+        "placement": placement,
+        "configs": {config["name"]: {"nodes": 1, "hosts": None, **config} for config in configs},
+        "workload": {"repeats": repeats},
+    }
+
+
+def state_of(
+    data: dict[str, Any], hosts: list[str], sticky: dict[str, list[str]] | None = None
+) -> QueueState:
+    by_name = pools(data, {"gpu_hosts": hosts, "big": hosts[:1]}, hosts)
+    jobs = plan(data, by_name, placement=data["placement"])
+    return QueueState(
+        new_state(
+            placement=data["placement"],
+            pools=by_name,
+            jobs=jobs,
+            excluded={},
+            equivalence=None,
+            sticky=sticky or {},
+        )
+    )
+
+
+def test_spread_makes_one_job_per_config_and_repeat_repeat_major() -> None:
+    data = campaign({"name": "tp8"}, {"name": "ep4"}, repeats=2)
+    jobs = plan(data, {PLAY_POOL: ["a", "b"]}, placement="spread")
+    assert [job.id for job in jobs] == ["tp8#r0", "ep4#r0", "tp8#r1", "ep4#r1"]
+    assert [job.repeats for job in jobs] == [(0,), (0,), (1,), (1,)]
+    assert all(job.hosts == ("a", "b") for job in jobs)
+
+
+def test_every_host_makes_one_job_per_config_and_host_with_every_repeat() -> None:
+    data = campaign({"name": "tp8"}, {"name": "ep4"}, repeats=3, placement="every-host")
+    jobs = plan(data, {PLAY_POOL: ["a", "b"]}, placement="every-host")
+    assert [job.id for job in jobs] == ["tp8@a", "tp8@b", "ep4@a", "ep4@b"]
+    assert {job.repeats for job in jobs} == {(0, 1, 2)}
+    assert [job.hosts for job in jobs] == [("a",), ("b",), ("a",), ("b",)]
+
+
+def test_a_pinned_config_takes_only_its_group_and_an_unknown_group_is_refused() -> None:
+    data = campaign({"name": "tp8", "hosts": "big"}, {"name": "ep4"})
+    by_name = pools(data, {"big": ["b", "z"], "gpu_hosts": ["a", "b"]}, ["a", "b"])
+    assert by_name == {PLAY_POOL: ["a", "b"], "big": ["b"]}  # z is not in the play
+    jobs = plan(data, by_name, placement="spread")
+    assert jobs[0].hosts == ("b",) and jobs[1].hosts == ("a", "b")
+    with pytest.raises(PlanError, match="hosts: huge is no inventory group"):
+        pools(campaign({"name": "tp8", "hosts": "huge"}), {"big": ["b"]}, ["a", "b"])
+
+
+def test_a_server_over_more_hosts_than_its_pool_has_is_refused_and_one_short_of_usable_unplaced() -> None:
+    data = campaign({"name": "tp16", "nodes": 2}, {"name": "tp8"})
+    with pytest.raises(PlanError, match=r"tp16: its server spans 2 host\(s\), but pool gpu_hosts has 1: a"):
+        plan(data, {PLAY_POOL: ["a"]}, placement="spread")
+    by_name = {PLAY_POOL: ["a", "b"]}
+    jobs = plan(data, by_name, placement="spread", excluded=["b"])
+    queued = new_state(
+        placement="spread",
+        pools=by_name,
+        jobs=jobs,
+        excluded={"b": "pip failed"},
+        equivalence=None,
+        sticky={},
+    )
+    first, second = queued["jobs"]
+    assert first["state"] == UNPLACED and second["state"] == "pending"
+    assert first["reason"] == "needs 2 host(s) of pool gpu_hosts; usable: a; deploy failed on b (pip failed)"
+
+
+def test_a_free_host_takes_the_next_job_while_a_slow_one_runs() -> None:
+    state = state_of(campaign({"name": "slow"}, {"name": "b1"}, {"name": "b2"}), ["a", "b"])
+    first = state.claim("a", 0.0)
+    assert first.answer == RUN and first.job is not None and first.job["id"] == "slow#r0"
+    second = state.claim("b", 0.0)
+    assert second.job is not None and second.job["id"] == "b1#r0"
+    state.finish("b1#r0", "b", ok=True, reason=None, now=1.0)
+    third = state.claim("b", 1.0)  # a is still busy with slow: b does not wait for it
+    assert third.job is not None and third.job["id"] == "b2#r0"
+    state.finish("b2#r0", "b", ok=False, reason="sweep: boom", now=2.0)
+    state.finish("b2#r0", "b", ok=False, reason="sweep: boom", now=2.5)  # a retried claim's finish
+    assert state.claim("b", 2.0).answer == DONE
+    state.finish("slow#r0", "a", ok=True, reason=None, now=3.0)
+    assert state.claim("a", 3.0).answer == DONE
+    assert [job["state"] for job in state.jobs] == [OK, OK, FAILED]
+    assert state.job("b2#r0")["reason"] == "sweep: boom"
+
+
+def test_a_server_over_two_hosts_is_gathered_led_by_its_first_claimer() -> None:
+    state = state_of(campaign({"name": "one"}, {"name": "two", "nodes": 2}), ["a", "b"])
+    assert state.claim("a", 0.0).job["id"] == "one#r0"  # type: ignore[index]
+    waiting = state.claim("b", 0.0)
+    assert waiting.answer == WAIT and "1 of its 2 hosts" in waiting.why
+    state.finish("one#r0", "a", ok=True, reason=None, now=1.0)
+    joined = state.claim("a", 1.0)  # a joins as rank 1; b leads
+    assert joined.answer == WAIT and "rank 1 of two#r0, run by b" in joined.why
+    led = state.claim("b", 1.0)
+    assert led.answer == RUN and led.job is not None and led.job["hosts"] == ["b", "a"]
+    assert state.claim("a", 1.5).answer == WAIT  # a serves as a rank until the job ends
+    with pytest.raises(ValueError, match="not running with a as its rank 0"):
+        state.finish("two#r0", "a", ok=True, reason=None, now=2.0)
+    state.finish("two#r0", "b", ok=True, reason=None, now=2.0)
+    assert state.claim("a", 2.0).answer == DONE and state.claim("b", 2.0).answer == DONE
+
+
+def test_a_resumed_job_goes_back_to_the_host_that_measured_it_or_is_unplaced() -> None:
+    state = state_of(campaign({"name": "tp8"}, {"name": "ep4"}), ["a", "b"], sticky={"tp8#r0": ["b"]})
+    first = state.claim("a", 0.0)
+    assert first.job is not None and first.job["id"] == "ep4#r0"  # tp8 is b's
+    assert state.claim("b", 0.0).job["id"] == "tp8#r0"  # type: ignore[index]
+    lost = state_of(campaign({"name": "tp8"}), ["a"], sticky={"tp8#r0": ["b"]})
+    assert lost.claim("a", 0.0).answer == DONE
+    assert lost.job("tp8#r0")["state"] == UNPLACED
+    assert "led by b, which measured it before" in lost.job("tp8#r0")["reason"]
+
+
+def test_predict_runs_the_queue_with_equal_job_times() -> None:
+    data = campaign({"name": "c1"}, {"name": "c2"}, {"name": "c3"}, {"name": "big", "nodes": 2})
+    state = state_of(data, ["a", "b"])
+    predicted = predict(state.data, ["a", "b"])
+    assert {host: [job["id"] for job in jobs] for host, jobs in predicted.items()} == {
+        "a": ["c1#r0", "c3#r0"],
+        "b": ["c2#r0", "big#r0"],
+    }
+    assert predicted["b"][1]["hosts"] == ["b", "a"]
+    assert all(job["state"] == "pending" for job in state.jobs)  # the queue itself is untouched
+
+
+def test_sticky_hosts_come_from_the_previous_queue_or_the_points_in_the_tree(tmp_path: Path) -> None:
+    data = campaign({"name": "tp8"}, {"name": "ep4"}, repeats=2)
+    jobs = plan(data, {PLAY_POOL: ["a", "b"]}, placement="spread")
+    (tmp_path / "b" / "ep4").mkdir(parents=True)
+    (tmp_path / "b" / "ep4" / "points.jsonl").write_text(
+        json.dumps({"point_id": "c16-r1"}) + "\n" + "{torn\n", encoding="utf-8"
+    )
+    assert sticky_hosts(tmp_path, jobs) == {"ep4#r1": ["b"]}
+    (tmp_path / "fleet.json").write_text(json.dumps({"jobs": [{"id": "tp8#r0", "hosts": ["a"]}]}))
+    assert sticky_hosts(tmp_path, jobs) == {"tp8#r0": ["a"], "ep4#r1": ["b"]}
+
+
+def _claim_all(run_dir: str, host: str, out: Any) -> None:
+    queue = Queue(Path(run_dir))
+    taken: list[str] = []
+    finished = None
+    while (claim := queue.claim(host, finished)).answer == RUN:
+        assert claim.job is not None
+        taken.append(claim.job["id"])
+        finished = Finished(claim.job["id"], ok=True)
+    out.put(taken)
+
+
+def test_concurrent_claims_from_several_processes_take_every_job_once(tmp_path: Path) -> None:
+    data = campaign(*({"name": f"c{index}"} for index in range(12)), repeats=3)
+    hosts = ["a", "b", "c", "d"]
+    state = state_of(data, hosts)
+    Queue(tmp_path).create(state.data)
+    out: Any = multiprocessing.get_context("spawn").Queue()
+    workers = [
+        multiprocessing.get_context("spawn").Process(target=_claim_all, args=(str(tmp_path), host, out))
+        for host in hosts
+    ]
+    for worker in workers:
+        worker.start()
+    taken = [job for _ in workers for job in out.get(timeout=60)]
+    for worker in workers:
+        worker.join(timeout=60)
+    assert sorted(taken) == sorted(job["id"] for job in state.jobs)
+    final = Queue(tmp_path).read()
+    assert {job["state"] for job in final["jobs"]} == {OK}
+    assert sorted(final["finished_hosts"]) == hosts
