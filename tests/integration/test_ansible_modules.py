@@ -517,6 +517,114 @@ def test_background_sweep_failure_fails_the_follow_task_with_the_sweeps_message(
     assert "connect" in followed["msg"].lower()
 
 
+# --- fairbench_config_run --------------------------------------------------------------------------
+
+
+def test_config_run_in_check_mode_plans_the_jobs_repeats_and_starts_nothing(
+    tmp_path: Path, sim_url: str
+) -> None:
+    out = tmp_path / "out"
+    workload = {**WORKLOAD, "repeats": 2}
+    task = {
+        "name": "Run",
+        fqcn("fairbench_config_run"): {
+            "url": sim_url,
+            "workload": workload,
+            "out": str(out),
+            "repeats": [1],
+            "unit": "fairbench-none-tp8.service",
+            "clean": {"port": 9, "user": "nobody"},
+        },
+    }
+    result = run_play(tmp_path, [task], "--check", "--diff")["Run"]
+    assert not result.get("failed"), result
+    levels = WORKLOAD["concurrency"]
+    assert result["planned"] == [f"c{level}-r1" for level in levels]  # only this job's repeat
+    assert result["server_started"] is False and result["changed"] is True
+    assert result["diff"]["after"] == "".join(f"c{level}-r1\n" for level in levels)
+    assert not (out / "points.jsonl").exists()
+
+
+# --- fairbench_fleet, fairbench_fleet_job ------------------------------------------------------------
+
+
+def _fleet_campaign(**configs: dict[str, Any]) -> dict[str, Any]:
+    expanded = {name: {"name": name, "nodes": 1, "hosts": None, **config} for name, config in configs.items()}
+    return {
+        "placement": "spread",
+        "accept_host_differences": [],
+        "configs": expanded,
+        "workload": {"repeats": 1},
+    }
+
+
+def _fleet_task(run_dir: Path, campaign: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": "Place",
+        fqcn("fairbench_fleet"): {
+            "campaign": campaign,
+            "run_dir": str(run_dir),
+            "groups": {"gpu_hosts": ["a", "b"]},
+            "play_hosts": ["a", "b"],
+            "facts": facts,
+        },
+    }
+
+
+def test_fleet_module_places_the_jobs_and_the_job_module_hands_them_out(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    facts = {host: {"sglang": "0.5.23", "reasons": {}} for host in ("a", "b")}
+    campaign = _fleet_campaign(tp8={}, ep4={}, both={"nodes": 2})
+    claim = {fqcn("fairbench_fleet_job"): {"run_dir": str(run_dir), "host": "a"}}
+    tasks = [
+        _fleet_task(run_dir, campaign, facts),
+        {"name": "First", **claim},
+        {"name": "Second", fqcn("fairbench_fleet_job"): {"run_dir": str(run_dir), "host": "b"}},
+        {
+            "name": "Gather",
+            fqcn("fairbench_fleet_job"): {
+                "run_dir": str(run_dir),
+                "host": "a",
+                "finished": {"job": "tp8#r0", "ok": False, "reason": "sweep: boom"},
+            },
+        },
+    ]
+    results = run_play(tmp_path, tasks)
+    placed = results["Place"]
+    assert not placed.get("failed"), placed
+    assert [job["id"] for job in placed["jobs"]] == ["tp8#r0", "ep4#r0", "both#r0"]
+    assert {host: [job["id"] for job in jobs] for host, jobs in placed["predicted"].items()} == {
+        "a": ["tp8#r0", "both#r0"],
+        "b": ["ep4#r0"],
+    }
+    assert (results["First"]["answer"], results["First"]["job"]["id"]) == ("run", "tp8#r0")
+    assert (results["Second"]["answer"], results["Second"]["job"]["id"]) == ("run", "ep4#r0")
+    gathering = results["Gather"]  # a finished tp8 and now gathers the server over both hosts
+    assert gathering["answer"] == "wait" and "has 1 of its 2 hosts" in gathering["why"], gathering
+    queue = json.loads((run_dir / "fleet.json").read_text())
+    assert [(job["id"], job["state"]) for job in queue["jobs"]] == [
+        ("tp8#r0", "failed"),
+        ("ep4#r0", "running"),
+        ("both#r0", "gathering"),
+    ]
+    assert queue["jobs"][0]["reason"] == "sweep: boom"
+
+
+def test_fleet_module_refuses_hosts_that_differ_and_writes_no_queue(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    facts = {"a": {"sglang": "0.5.23", "reasons": {}}, "b": {"sglang": "0.5.22", "reasons": {}}}
+    refused = run_play(tmp_path, [_fleet_task(run_dir, _fleet_campaign(tp8={}), facts)])["Place"]
+    assert refused["failed"] is True
+    assert "pool gpu_hosts: sglang: 0.5.23 on a, 0.5.22 on b" in refused["msg"], refused["msg"]
+    assert "accept_host_differences: [sglang]" in refused["msg"]
+    assert not (run_dir / "fleet.json").exists()
+    accepting = {**_fleet_campaign(tp8={}), "accept_host_differences": ["sglang"]}
+    accepted = run_play(tmp_path, [_fleet_task(run_dir, accepting, facts)])["Place"]
+    assert not accepted.get("failed"), accepted
+    assert [item["fact"] for item in accepted["equivalence"]["accepted"]] == ["sglang"]
+    assert json.loads((run_dir / "fleet.json").read_text())["equivalence"]["accepted"][0]["fact"] == "sglang"
+
+
 # --- fairbench_report ------------------------------------------------------------------------------
 
 

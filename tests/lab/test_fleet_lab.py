@@ -49,16 +49,11 @@ def lab_hostvars() -> dict[str, dict[str, Any]]:
 
 
 def run_campaign(
-    campaign: str, results_root: Path, run_id: str, *extra: str
+    campaign: str, results_root: Path, run_id: str, *extra: str, playbook: str = "playbooks/site.yml"
 ) -> subprocess.CompletedProcess[str]:
-    argv = [
-        tool("ansible-playbook"),
-        "-i",
-        str(INVENTORY),
-        "playbooks/site.yml",
-        "-e",
-        f"campaign={campaign}",
-    ]
+    """The campaign run by ansible-playbook (site.yml: provisioned, run, reported), with its results under
+    ``results_root``."""
+    argv = [tool("ansible-playbook"), "-i", str(INVENTORY), playbook, "-e", f"campaign={campaign}"]
     argv += [
         "-e",
         f"run_id={run_id}",
@@ -139,7 +134,8 @@ def test_a_spread_campaign_measures_each_config_once_and_compares_configs_not_ho
     report = (run_dir / "report.md").read_text()
     assert "@" + hosts[0] not in report and "@" + hosts[1] not in report  # no host x config pairs
     comparisons = report.split("### Comparisons", 1)[1].split("##", 1)[0]
-    assert comparisons.count(" vs ") == 3  # 3 configs, 3 pairs
+    pairs = [line for line in comparisons.splitlines() if line.startswith("- **")]
+    assert len(pairs) == 3, pairs  # 3 configs, 3 pairs
     assert f"| two-hosts | {rank0} + {rank1} (2 nodes) | ok |" in report
     assert "## Campaign overhead" in report
 
@@ -220,13 +216,18 @@ def test_hosts_that_differ_stop_a_spread_campaign_naming_the_difference_unless_a
     try:
         refused = run_campaign(FLEET, tmp_path, "differ")
         assert refused.returncode != 0
-        assert f"sglang: 0.0.1 on {differing}" in refused.stdout, refused.stdout[-4000:]
+        named = (
+            "pool gpu_hosts: sglang: null (/opt/sglang/venv/bin/python does not exist (no SGLang venv)) on "
+        )
+        assert f"{named}{hosts[0]}, 0.0.1 on {differing}" in refused.stdout, refused.stdout[-4000:]
         assert "accept_host_differences: [sglang]" in refused.stdout
         assert "TASK [fairbench.fairbench.serving :" not in refused.stdout  # stopped before the units
         assert not list((tmp_path / "labfleet" / "differ").glob("*/*/points.jsonl"))
         accepting = tmp_path / "accepting.yml"
         accepting.write_text((REPO / FLEET).read_text() + "accept_host_differences: [sglang]\n")
-        checked = run_campaign(str(accepting), tmp_path, "accepted", "--check")
+        checked = run_campaign(
+            str(accepting), tmp_path, "accepted", "--check", playbook="playbooks/campaign.yml"
+        )
         assert checked.returncode == 0, checked.stdout[-4000:]
         assert (
             "TASK [fairbench.fairbench.bench : Place the jobs, after comparing the hosts of each pool]"

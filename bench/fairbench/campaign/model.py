@@ -68,6 +68,8 @@ ENGINES = ("sglang", "sim")
 DATASET_SUFFIX = ".json"
 """What a dataset file's name ends with: a ShareGPT-style JSON file."""
 SECTIONS = ("args", "env", "sim")
+UNIT_PREFIX = "fairbench-"
+"""What every fairbench server unit's name starts with: ``fairbench-<campaign>-<config>.service``."""
 UNIT_NAME_MAX = 255
 """systemd's limit on the length of a unit name."""
 
@@ -342,4 +344,4 @@ def dp_size_counts_replicas(args: Mapping[str, ArgValue]) -> bool:
 
 
 def unit_name(campaign: str, config: str) -> str:
-    return f"fairbench-{campaign}-{config}.service"
+    return f"{UNIT_PREFIX}{campaign}-{config}.service"

@@ -39,12 +39,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-# gpu._run is the one nvidia-smi runner (timeout, exit status and stderr in its GpuFactsError); it is
-# private there, and imported by name until gpu.py makes it public.
-from fairbench.hosts.gpu import GpuFactsError, _run
+from fairbench.campaign.model import UNIT_PREFIX
+from fairbench.hosts.gpu import GpuFactsError, run_nvidia_smi
 
-UNIT_PREFIX = "fairbench-"
-"""What every fairbench server unit's name starts with: ``fairbench-<campaign>-<config>.service``."""
 SERVER_UNIT_GLOB = f"{UNIT_PREFIX}*.service"
 """The systemctl pattern matching every fairbench server unit (plugins/modules/fairbench_clean_state.py
 states it as its literal default)."""
@@ -520,7 +517,7 @@ def gpu_state(nvidia_smi: str = "nvidia-smi") -> GpuState | None:
     if executable is None:
         return None
     commands = {"memory": MEMORY_ARGS, "apps": COMPUTE_APPS_ARGS}
-    outputs = {key: _run(executable, args) for key, args in commands.items()}
+    outputs = {key: run_nvidia_smi(executable, args) for key, args in commands.items()}
     sources = {key: " ".join([nvidia_smi, *args]) for key, args in commands.items()}
     return gpu_state_from(memory=outputs["memory"], apps=outputs["apps"], sources=sources)
 

@@ -364,14 +364,16 @@ def collect(nvidia_smi: str = "nvidia-smi") -> GpuFacts:
     if executable is None:
         return GpuFacts.unavailable(f"{nvidia_smi} not found (not on PATH, or not an executable)")
     commands = {"smi": (), "query": QUERY_ARGS, "topology": TOPOLOGY_ARGS}
-    outputs = {key: _run(executable, args) for key, args in commands.items()}
+    outputs = {key: run_nvidia_smi(executable, args) for key, args in commands.items()}
     sources = {key: " ".join([nvidia_smi, *args]) for key, args in commands.items()}
     return facts_from(
         smi=outputs["smi"], query=outputs["query"], topology=outputs["topology"], sources=sources
     )
 
 
-def _run(executable: str, args: tuple[str, ...]) -> str:
+def run_nvidia_smi(executable: str, args: tuple[str, ...]) -> str:
+    """nvidia-smi's output for ``args``; GpuFactsError (the command, and its exit status and stderr, or why it
+    could not run) otherwise."""
     command = " ".join([executable, *args])
     try:
         done = subprocess.run(
