@@ -163,16 +163,7 @@ def main() -> None:
     )
     try:
         if module.check_mode:
-            planned = plan(job)
-            # --diff shows the points as lines of points.jsonl: those there, and those it would add.
-            before = "".join(f"{point}\n" for point in planned.existing)
-            points = f"{params['out']}/points.jsonl"
-            diff = {
-                "before": before,
-                "after": before + "".join(f"{point}\n" for point in planned.planned),
-                "before_header": points,
-                "after_header": points,
-            }
+            diff = plan(job).points_diff(params["out"], check=True)
             module.exit_json(changed=bool(job.planned), diff=diff, **job.to_json())
         run_job(job)
     except StageError as exc:

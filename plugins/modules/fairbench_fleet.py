@@ -8,6 +8,8 @@ module: fairbench_fleet
 short_description: Plan which host runs which job of a fairbench campaign, and check the hosts are equivalent
 description:
   - Runs on the control node with a Python that imports fairbench (the venv running ansible-playbook).
+  - With engine sglang, fails naming every host of a config's pool with fewer GPUs than the config's
+    server needs per host (C(gpus_per_node)), before anything is deployed.
   - Makes the run's jobs from the campaign's placement (fairbench.fleet.plan) and writes the run's work
     queue, fleet.json, into C(run_dir) (fairbench.fleet.queue); a re-run of the run resumes it, each job
     staying on the host that measured it.
@@ -88,7 +90,7 @@ from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_impo
 
 with FairbenchImport(ON_CONTROL_NODE) as FAIRBENCH_IMPORT:
     from fairbench.fleet.equivalence import check_pools
-    from fairbench.fleet.plan import SPREAD, PlanError, plan, pools
+    from fairbench.fleet.plan import SPREAD, PlanError, check_gpus, plan, pools
     from fairbench.fleet.queue import Queue, new_state, predict, sticky_hosts
 
 
@@ -112,6 +114,7 @@ def main() -> None:
     excluded = {str(host): str(why) for host, why in params["excluded"].items()}
     try:
         by_name = pools(campaign, params["groups"], params["play_hosts"])
+        check_gpus(campaign, by_name, params["facts"])
         jobs = plan(campaign, by_name, placement=placement, excluded=list(excluded))
     except PlanError as exc:
         module.fail_json(msg=str(exc))

@@ -87,16 +87,7 @@ def main() -> None:
         module.fail_json(msg=f"energy_gpus: {exc}")
     result = outcome.to_json()
     changed = bool(outcome.planned if module.check_mode else outcome.written)
-    # --diff shows the points as lines of points.jsonl: those there before, and those measured (or planned),
-    # appended after them (a point measured again has both lines).
-    before = outcome.existing
-    after = before + (outcome.planned if module.check_mode else outcome.written)
-    result["diff"] = {
-        "before": "".join(f"{point}\n" for point in before),
-        "after": "".join(f"{point}\n" for point in after),
-        "before_header": f"{params['out']}/points.jsonl",
-        "after_header": f"{params['out']}/points.jsonl",
-    }
+    result["diff"] = outcome.points_diff(params["out"], check=module.check_mode)
     if outcome.problems:
         module.fail_json(
             msg="points with failed requests: " + "; ".join(outcome.problems), changed=changed, **result

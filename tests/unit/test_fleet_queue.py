@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from fairbench.fleet.plan import PLAY_POOL, PlanError, plan, pools
+from fairbench.fleet.plan import PLAY_POOL, PlanError, check_gpus, plan, pools
 from fairbench.fleet.queue import (
     DONE,
     FAILED,
@@ -196,3 +196,25 @@ def test_concurrent_claims_from_several_processes_take_every_job_once(tmp_path: 
     final = Queue(tmp_path).read()
     assert {job["state"] for job in final["jobs"]} == {OK}
     assert sorted(final["finished_hosts"]) == hosts
+
+
+def test_a_config_needing_more_gpus_per_host_than_a_host_of_its_pool_has_is_refused_naming_each() -> None:
+    def config(name: str, gpus: int, **more: Any) -> dict[str, Any]:
+        return {"name": name, "gpus_per_node": gpus, "gpus_formula": f"tp-size {gpus}", **more}
+
+    facts = {
+        "big": {"gpu_count": 8, "gpu_model": "NVIDIA H200"},
+        "small": {"gpu_count": 0, "gpu_model": None, "reasons": {"gpu_model": "nvidia-smi: not found"}},
+    }
+    groups = {"h200": ["big"], "gpu_hosts": ["big", "small"]}
+    pinned = {**campaign(config("tp8", 8, hosts="h200"), config("cpu", 0)), "engine": "sglang"}
+    check_gpus(pinned, pools(pinned, groups, ["big", "small"]), facts)  # each fits the hosts of its pool
+    spread = {**campaign(config("tp8", 8), config("tp16", 8, nodes=2)), "engine": "sglang"}
+    with pytest.raises(PlanError) as refused:
+        check_gpus(spread, pools(spread, groups, ["big", "small"]), facts)
+    has = "the host has 0 (nvidia-smi: not found)"
+    assert str(refused.value).splitlines() == [
+        f"small: config tp8 needs 8 GPUs per host (tp-size 8), {has}",
+        f"small: config tp16 needs 8 GPUs per host (tp-size 8, over 2 hosts), {has}",
+    ]
+    check_gpus({**spread, "engine": "sim"}, pools(spread, groups, ["big", "small"]), facts)  # needs none

@@ -7,7 +7,7 @@ import shlex
 import sys
 
 from fairbench.campaign.load import load_campaign
-from fairbench.campaign.model import Campaign, CampaignError
+from fairbench.campaign.model import DEFAULT_NODES, Campaign, CampaignError, ServingConfig
 from fairbench.campaign.sglang_parser import SGLangParserError, check_campaign
 
 
@@ -53,14 +53,29 @@ def sglang_parser_ok(venv: str, campaign: Campaign) -> bool:
 
 
 def summary_lines(campaign: Campaign) -> list[str]:
-    """A header, one line per config (its environment and argv, as a shell would run them), the warnings."""
+    """A header (with the placement), one line per config (its environment and argv, as a shell would run
+    them, then where its server runs when that is not one host of the campaign's pool), the warnings."""
     lines = [
         f"{campaign.source}: campaign {campaign.name}, engine {campaign.engine}, "
-        f"{len(campaign.configs)} configs"
+        f"{len(campaign.configs)} configs, placement {campaign.placement}"
     ]
     width = max((len(name) for name in campaign.configs), default=0)
     for config in campaign.configs.values():
         environment = [f"{key}={value}" for key, value in config.env.items()]
-        lines.append(f"  {config.name:<{width}}  {shlex.join([*environment, *config.argv])}")
+        command = shlex.join([*environment, *config.argv])
+        placed = placement_note(config)
+        lines.append(f"  {config.name:<{width}}  {command}" + (f"  # {placed}" if placed else ""))
     lines.extend(f"warning: {warning}" for warning in campaign.warnings)
     return lines
+
+
+def placement_note(config: ServingConfig) -> str:
+    """Where a config's server runs, as the campaign keys say it: ``nodes: 2 (4 GPUs per host)`` for a
+    server over several hosts, ``hosts: h200`` for one pinned to an inventory group; "" for neither. A shell
+    comment after the command, so the line still runs as it is."""
+    notes = []
+    if config.nodes > DEFAULT_NODES:
+        notes.append(f"nodes: {config.nodes} ({config.gpus_per_node} GPUs per host)")
+    if config.hosts is not None:
+        notes.append(f"hosts: {config.hosts}")
+    return ", ".join(notes)

@@ -84,6 +84,30 @@ def pools(
     return found
 
 
+def check_gpus(
+    campaign: Mapping[str, Any], pools_by_name: Mapping[str, Sequence[str]], facts: Mapping[str, Any]
+) -> None:
+    """With engine sglang, PlanError naming every host of a config's pool that has fewer GPUs than the
+    config's server needs on each of its hosts (``gpus_per_node``), from the hosts' fleet facts
+    (``hosts.fleet_facts``); a host without facts (check mode before the first deploy) is not judged."""
+    if campaign["engine"] != "sglang":
+        return
+    refused = []
+    for config in campaign["configs"].values():
+        for host in pools_by_name[config.get("hosts") or PLAY_POOL]:
+            described = facts.get(host)
+            if not described or described["gpu_count"] >= config["gpus_per_node"]:
+                continue
+            what = described["gpu_model"] or described.get("reasons", {}).get("gpu_model", "no GPUs")
+            over = f", over {config['nodes']} hosts" if config.get("nodes", DEFAULT_NODES) > 1 else ""
+            refused.append(
+                f"{host}: config {config['name']} needs {config['gpus_per_node']} GPUs per host "
+                f"({config['gpus_formula']}{over}), the host has {described['gpu_count']} ({what})"
+            )
+    if refused:
+        raise PlanError("\n".join(refused))
+
+
 def plan(
     campaign: Mapping[str, Any],
     pools_by_name: Mapping[str, Sequence[str]],

@@ -134,6 +134,18 @@ class SweepOutcome:
     last_point_ended_at: float | None = None
     """Epoch seconds its last point was written, None when it wrote none."""
 
+    def points_diff(self, out: str, *, check: bool) -> dict[str, str]:
+        """``--diff`` of the points as lines of points.jsonl: those there before, and those measured (in
+        check mode, planned) appended after them (a point measured again has both lines)."""
+        before = "".join(f"{point}\n" for point in self.existing)
+        added = self.planned if check else self.written
+        return {
+            "before": before,
+            "after": before + "".join(f"{point}\n" for point in added),
+            "before_header": f"{out}/points.jsonl",
+            "after_header": f"{out}/points.jsonl",
+        }
+
     def to_json(self) -> dict[str, Any]:
         return {
             "planned": self.planned,

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fairbench.fleet.queue import FAILED, OK
-from fairbench.fleet.timeline import Timeline, host_overheads, summary
+from fairbench.fleet.timeline import JobOverhead, Timeline, host_overheads, summary
 from fairbench.report.blocks import Alert, Block, Heading, Paragraph, Table
 from fairbench.report.differences import AcceptedDifference, PairDifferences, accepted_threats
 from fairbench.report.figures import THROUGHPUT
@@ -202,19 +202,27 @@ def _run_jobs(run: Run) -> list[tuple[str, Job]]:
     return list(found.values())
 
 
-def overhead_blocks(run: Run) -> list[Block]:
-    """The campaign's overhead per host; nothing when no job recorded a timeline (runs from before jobs
-    recorded one)."""
-    jobs = _run_jobs(run)
-    timed = [(config, job) for config, job in jobs if job.timeline and job.timeline.started is not None]
-    if not timed:
-        return []
-    config_of = {job.id: (config, job) for config, job in timed}
+def run_overheads(run: Run) -> tuple[dict[str, list[JobOverhead]], dict[str, tuple[str, Job]]]:
+    """The campaign's overhead of each host's jobs in the order they ran (``fleet.timeline``), and the
+    config and job of each timed job id; a job that recorded no timeline is left out of both."""
+    timed = [
+        (config, job) for config, job in _run_jobs(run) if job.timeline and job.timeline.started is not None
+    ]
     by_host: dict[str, list[tuple[str, Timeline]]] = {}
     for _, job in timed:
         for host in job.hosts:
             by_host.setdefault(host, []).append((job.id, job.timeline or Timeline()))
     per_host = {host: host_overheads(host_jobs) for host, host_jobs in by_host.items()}
+    return per_host, {job.id: (config, job) for config, job in timed}
+
+
+def overhead_blocks(run: Run) -> list[Block]:
+    """The campaign's overhead per host; nothing when no job recorded a timeline (runs from before jobs
+    recorded one)."""
+    jobs = _run_jobs(run)
+    per_host, config_of = run_overheads(run)
+    if not config_of:
+        return []
     totals = []
     for host, overheads in per_host.items():
         summed = summary(overheads)
