@@ -418,12 +418,16 @@ def test_gpu_memory_over_baseline_and_tolerance_is_not_clean(host: FakeHost) -> 
     assert check(**args, baseline={0: 512}, tolerance_mib=2155).clean
     assert check(**args, baseline=None).clean
     assert check(**args, baseline={"1": 0}).clean
+    # No baseline: the host had no GPU at preflight, and nvidia-smi is not asked (a driver that sees no
+    # device fails it).
+    assert check(**{**args, "nvidia_smi": "/nonexistent/nvidia-smi"}, baseline=None).clean
 
 
 def test_a_gpu_compute_process_is_named_with_its_command_and_unit(host: FakeHost) -> None:
     recorded = fixture("compute-apps-busy.txt")
     host.set_apps(recorded.replace("445,", f"{os.getpid()},", 1))
-    state = check(port=free_port(), user=idle_user(), baseline=None, nvidia_smi=str(host.nvidia_smi))
+    # A GPU host, whatever its baseline: its compute processes are listed.
+    state = check(port=free_port(), user=idle_user(), baseline={}, nvidia_smi=str(host.nvidia_smi))
     unit = unit_of_pid(os.getpid()) or "none"
     command = command_line(os.getpid())
     assert state.found == [

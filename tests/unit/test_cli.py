@@ -1,12 +1,43 @@
-"""The ``fairbench`` command's own handling, shared by every subcommand."""
+"""The ``fairbench`` command's own handling, shared by every subcommand, and what ``fairbench validate``
+shows of where each config's server runs."""
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from fairbench.campaign.load import load_campaign
+from fairbench.cli.main import main
 
 REPO = Path(__file__).resolve().parents[2]
+
+FLEET_CAMPAIGN: dict[str, Any] = {
+    "name": "fleet",
+    "engine": "sim",
+    "model": "m",
+    "configs": {
+        "tp8": {"args": {"tp-size": 8}},
+        "tp16": {"args": {"tp-size": 16}, "nodes": 2},
+        "tp8-b200": {"extends": "tp8", "hosts": "b200"},
+        "tp16-b200": {"extends": "tp16", "hosts": "b200"},
+    },
+    "workload": {
+        "api": "completions",
+        "dataset": "random-ids",
+        "input_len": 8,
+        "output_len": 8,
+        "concurrency": [1],
+        "prompts_per_level": "1x",
+        "warmup": 0,
+        "vocab_size": 100,
+    },
+}
 
 
 def test_a_reader_that_goes_away_ends_the_command_without_a_traceback() -> None:
@@ -17,3 +48,45 @@ def test_a_reader_that_goes_away_ends_the_command_without_a_traceback() -> None:
     process.stdout.close()
     _, stderr = process.communicate(timeout=120)
     assert stderr == b"" and process.returncode == 141
+
+
+def validated(tmp_path: Path, document: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """What ``fairbench validate`` prints of ``document``, written as a campaign file (it must be valid)."""
+    path = tmp_path / "fleet.yml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    assert main(["validate", str(path)]) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+def test_validate_shows_the_placement_and_each_config_spread_over_hosts_or_pinned(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = validated(tmp_path, FLEET_CAMPAIGN, capsys)
+    assert lines[0] == f"{tmp_path / 'fleet.yml'}: campaign fleet, engine sim, 4 configs, placement spread"
+    assert lines[1] == "  tp8        --model-path m --tp-size 8"
+    assert lines[2] == "  tp16       --model-path m --tp-size 16  # nodes: 2 (8 GPUs per host)"
+    assert lines[3] == "  tp8-b200   --model-path m --tp-size 8  # hosts: b200"
+    assert lines[4] == "  tp16-b200  --model-path m --tp-size 16  # nodes: 2 (8 GPUs per host), hosts: b200"
+    assert len(lines) == 5
+
+
+def test_validate_notes_where_a_server_runs_as_a_comment_the_shell_ignores(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = validated(tmp_path, FLEET_CAMPAIGN, capsys)
+    campaign = load_campaign(tmp_path / "fleet.yml")
+    for line in lines[1:]:
+        name, *argv = shlex.split(line, comments=True)
+        assert argv == list(campaign.configs[name].argv)
+
+
+def test_validate_shows_a_campaign_that_runs_every_config_on_every_host(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    single_host = {name: config for name, config in FLEET_CAMPAIGN["configs"].items() if "16" not in name}
+    lines = validated(tmp_path, {**FLEET_CAMPAIGN, "placement": "every-host", "configs": single_host}, capsys)
+    assert lines[0].endswith(": campaign fleet, engine sim, 2 configs, placement every-host")
+    assert lines[1:] == [
+        "  tp8       --model-path m --tp-size 8",
+        "  tp8-b200  --model-path m --tp-size 8  # hosts: b200",
+    ]

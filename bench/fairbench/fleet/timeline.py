@@ -22,8 +22,7 @@ from dataclasses import dataclass
 from statistics import fmean
 from typing import Any
 
-TIMELINE_KEYS = ("unit_started_at", "healthy_at", "first_request_at", "last_point_ended_at")
-"""The instants of a job's timeline, in the order they happen."""
+from fairbench.measure.status import TIMELINE_KEYS
 
 
 @dataclass(frozen=True)

@@ -661,8 +661,9 @@ def check(
     """Everything on the host that is not clean (the module docstring's list), read once.
 
     ``baseline``: the idle memory.used of each GPU (``idle_baseline``), keyed by index or by its string;
-    None compares no memory; a GPU absent from it, or whose memory.used nvidia-smi cannot tell, is not
-    compared. ``tolerance_mib``: None is
+    None: the host had no GPU when the baseline would have been recorded (the campaign's preflight), so
+    nvidia-smi is not asked (on such a host it may fail: a driver that sees no device); a GPU absent from
+    it, or whose memory.used nvidia-smi cannot tell, is not compared. ``tolerance_mib``: None is
     DEFAULT_TOLERANCE_MIB. Raises CleanStateError and GpuFactsError."""
     idle = as_baseline(baseline)
     tolerance = DEFAULT_TOLERANCE_MIB if tolerance_mib is None else tolerance_mib
@@ -673,7 +674,7 @@ def check(
     units = listed_units(unit_pattern)
     listening = listeners(port)
     processes = user_processes(user)
-    gpu = gpu_state(nvidia_smi)
+    gpu = gpu_state(nvidia_smi) if idle is not None else None
     pids = [app.pid for app in gpu.apps if app.pid is not None] if gpu else []
     app_units = {pid: unit_of_pid(pid) for pid in pids}
     app_commands = {pid: command for pid in pids if (command := command_line(pid)) != "?"}

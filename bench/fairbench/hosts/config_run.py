@@ -32,14 +32,13 @@ from fairbench.hosts.ansible_support import (
     wait_until_healthy,
 )
 from fairbench.hosts.clean_state import CleanState, CleanStateError, failure_message, wait_clean
-from fairbench.measure.status import JOURNAL_FILE
+from fairbench.measure.status import JOURNAL_FILE, TIMELINE_KEYS
 from fairbench.measure.sweep import SweepSpec
 
 SERVER_INFO_FILE = "server_info.json"
 HOST_FILE = "host.json"
 UNIT_FILE = "unit.service"
 UNIT_DIR = Path("/etc/systemd/system")
-TIMELINE_KEYS = ("unit_started_at", "healthy_at", "first_request_at", "last_point_ended_at")
 
 
 @dataclass(frozen=True)

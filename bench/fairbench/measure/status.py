@@ -44,6 +44,9 @@ SERVER_STAGES = STAGES[2:]
 """The stages with a server that may have run: only their failures quote a journal (a config whose deploy
 failed, or whose host was not clean, started none, and an earlier run's journal.log in its directory says
 nothing about this failure)."""
+TIMELINE_KEYS = ("unit_started_at", "healthy_at", "first_request_at", "last_point_ended_at")
+"""A job's ``timeline``: epoch seconds on its rank 0's host (``fairbench.hosts.config_run`` records them,
+``fairbench.fleet.timeline`` measures the campaign's overhead from them)."""
 RANKS_DIR = "ranks"
 """Under a config's directory, ``<host>/`` of each rank but rank 0 of a server over several hosts: its
 journal.log and unit.service."""

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from fairbench.campaign.model import DEFAULT_NODES, EVERY_HOST, PLACEMENTS, SPREAD
-from fairbench.fleet.timeline import TIMELINE_KEYS, Timeline
+from fairbench.fleet.timeline import Timeline
 from fairbench.hosts.journal import excerpt
 from fairbench.measure.results import (
     CAMPAIGN_FILE,
@@ -37,7 +37,14 @@ from fairbench.measure.results import (
     ResultsError,
     point_id,
 )
-from fairbench.measure.status import JOURNAL_EXCERPT_LINES, JOURNAL_FILE, OK, RANKS_DIR, STATUS_FILE
+from fairbench.measure.status import (
+    JOURNAL_EXCERPT_LINES,
+    JOURNAL_FILE,
+    OK,
+    RANKS_DIR,
+    STATUS_FILE,
+    TIMELINE_KEYS,
+)
 from fairbench.nccl.runner import DECODE, PREFILL
 from fairbench.nccl.runner import RESULT_FILE as NCCL_FILE
 from fairbench.report.figures import FIGURES, THROUGHPUT, non_finite_text
