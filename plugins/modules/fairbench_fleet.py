@@ -17,8 +17,8 @@ description:
     placement spread, a difference the campaign does not accept (C(accept_host_differences)) fails the
     task with every difference named. Under every-host, differences are what is being compared, and are
     only recorded.
-  - Returns the jobs each host would take if every job took as long (C(predicted)); in check mode it writes
-    nothing and returns only that.
+  - Returns the jobs each host would take if every job took as long (C(predicted)); in check mode, or with
+    C(queue=false), it writes nothing and returns only that.
 options:
   campaign:
     description: The expanded campaign (the fairbench_campaign fact).
@@ -49,6 +49,10 @@ options:
     description: Overrides the campaign's placement (the inventory's bench_placement).
     type: str
     choices: [spread, every-host]
+  queue:
+    description: Write the queue (fleet.json); false only checks and plans (a deploy that runs no job).
+    type: bool
+    default: true
 """
 
 EXAMPLES = r"""
@@ -104,6 +108,7 @@ def main() -> None:
             "excluded": {"type": "dict", "default": {}},
             "facts": {"type": "dict", "default": {}},
             "placement": {"type": "str", "choices": ["spread", "every-host"]},
+            "queue": {"type": "bool", "default": True},
         },
         supports_check_mode=True,
     )
@@ -135,10 +140,11 @@ def main() -> None:
         sticky=sticky_hosts(run_dir, jobs),
     )
     predicted = predict(state, [host for host in params["play_hosts"] if host not in excluded])
-    if not module.check_mode:
+    written = params["queue"] and not module.check_mode
+    if written:
         Queue(run_dir).create(state)
     module.exit_json(
-        changed=not module.check_mode,
+        changed=written,
         placement=placement,
         jobs=state["jobs"],
         predicted=predicted,

@@ -891,7 +891,7 @@ def test_validate_prints_each_config_and_exits_zero(
     )
     assert main(["validate", str(path)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == f"{path}: campaign k26, engine sglang, 4 configs"
+    assert lines[0] == f"{path}: campaign k26, engine sglang, 4 configs, placement spread"
     assert lines[2] == (
         "  tp8-nccl  NCCL_DEBUG=WARN NCCL_MIN_NCHANNELS=8 NCCL_PROTO=LL --model-path moonshotai/Kimi-K2.6 "
         "--max-running-requests 256 --mem-fraction-static 0.88 --tp-size 8 --trust-remote-code"

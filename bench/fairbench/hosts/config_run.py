@@ -97,13 +97,13 @@ def run_job(job: JobRun) -> JobRun:
     is stopped and its journal saved whenever it was started, whatever failed."""
     job.out.mkdir(parents=True, exist_ok=True)
     planned = plan(job)
-    if not job.planned:
-        # A resumed job with every point measured: no server is started for nothing. Points whose requests
-        # failed still fail it, so a crashed server is never reported as done.
+    # Points whose requests failed fail a resumed job before any server starts, so a crashed server is never
+    # reported as done (unless asked to measure them again, which supersedes them).
+    if planned.problems and not job.remeasure_failed:
         job.stage = "sweep"
-        if planned.problems:
-            raise StageError("sweep", "points with failed requests: " + "; ".join(planned.problems))
-        return job
+        raise StageError("sweep", "points with failed requests: " + "; ".join(planned.problems))
+    if not job.planned:
+        return job  # a resumed job with every point measured: no server is started for nothing
     since: float | None = None
     try:
         job.stopped_units = _clean(job, "before", stop_units=True).stopped
