@@ -38,6 +38,12 @@ options:
       reason:
         description: Why it failed.
         type: str
+  leaving:
+    description:
+      - The host takes no job (its deploy failed after the jobs were placed); answers C(done), and leaves
+        unplaced the jobs that cannot get their hosts without it, so that no other host waits for it.
+    type: bool
+    default: false
   predicted:
     description: In check mode, the jobs the host would take (fairbench_fleet's C(predicted)).
     type: list
@@ -99,6 +105,7 @@ def main() -> None:
                     "reason": {"type": "str"},
                 },
             },
+            "leaving": {"type": "bool", "default": False},
             "predicted": {"type": "list", "elements": "dict", "default": []},
             "index": {"type": "int", "default": 0},
         },
@@ -113,11 +120,12 @@ def main() -> None:
         module.exit_json(changed=False, **claim.to_json())
     finished = Finished(**params["finished"]) if params["finished"] else None
     try:
-        claim = Queue(Path(params["run_dir"])).claim(params["host"], finished)
+        claim = Queue(Path(params["run_dir"])).claim(params["host"], finished, leaving=params["leaving"])
     except (OSError, ValueError) as exc:
         module.fail_json(msg=str(exc))
     # The queue changes when a job is taken or finished; a wait changes nothing of note.
-    module.exit_json(changed=claim.answer == RUN or finished is not None, **claim.to_json())
+    changed = claim.answer == RUN or finished is not None or params["leaving"]
+    module.exit_json(changed=changed, **claim.to_json())
 
 
 if __name__ == "__main__":

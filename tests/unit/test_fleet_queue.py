@@ -218,3 +218,22 @@ def test_a_config_needing_more_gpus_per_host_than_a_host_of_its_pool_has_is_refu
         f"small: config tp16 needs 8 GPUs per host (tp-size 8, over 2 hosts), {has}",
     ]
     check_gpus({**spread, "engine": "sim"}, pools(spread, groups, ["big", "small"]), facts)  # needs none
+
+
+def test_a_host_that_leaves_unplaces_the_servers_that_needed_it_and_nobody_waits() -> None:
+    state = state_of(campaign({"name": "both", "nodes": 2}, {"name": "tp8"}), ["a", "b"])
+    assert state.claim("a", 0.0).answer == WAIT  # a gathers the server over both hosts
+    state.leave("b")  # b's units failed to deploy after the jobs were placed
+    assert state.job("both#r0")["state"] == UNPLACED
+    assert "left to take it: a" in state.job("both#r0")["reason"]
+    taken = state.claim("a", 1.0)
+    assert taken.job is not None and taken.job["id"] == "tp8#r0"  # a goes on with what it can run
+
+
+def test_leaving_through_the_queue_file_answers_done(tmp_path: Path) -> None:
+    state = state_of(campaign({"name": "both", "nodes": 2}), ["a", "b"])
+    queue = Queue(tmp_path)
+    queue.create(state.data)
+    assert queue.claim("b", leaving=True).answer == DONE
+    assert queue.claim("a").answer == DONE
+    assert queue.read()["jobs"][0]["state"] == UNPLACED

@@ -108,6 +108,13 @@ class QueueState:
         self._unplace_stuck()
         return Claim(DONE)
 
+    def leave(self, host: str) -> None:
+        """``host`` takes no job (its deploy failed after the jobs were placed): jobs that cannot get their
+        hosts without it are unplaced, so no other host waits for it."""
+        if host not in self.finished_hosts:
+            self.finished_hosts.append(host)
+        self._unplace_stuck()
+
     def finish(self, job_id: str, host: str, *, ok: bool, reason: str | None, now: float) -> None:
         """Record how the job ``host`` led ended; again for a job it already finished, nothing (a retried
         claim carries its finish again)."""
@@ -257,13 +264,16 @@ class Queue:
         data: dict[str, Any] = json.loads(self.path.read_text(encoding="utf-8"))
         return data
 
-    def claim(self, host: str, finished: Finished | None = None) -> Claim:
-        """The next job for ``host``, after recording how the one it ran before ended (``finished``)."""
+    def claim(self, host: str, finished: Finished | None = None, *, leaving: bool = False) -> Claim:
+        """The next job for ``host``, after recording how the one it ran before ended (``finished``); with
+        ``leaving``, none: the host takes no job (``QueueState.leave``)."""
         with self._locked():
             state = QueueState(self.read())
             if finished is not None:
                 state.finish(finished.job, host, ok=finished.ok, reason=finished.reason, now=time.time())
-            claim = state.claim(host, time.time())
+            if leaving:
+                state.leave(host)
+            claim = Claim(DONE) if leaving else state.claim(host, time.time())
             self._write(state.data)
         return claim
 
