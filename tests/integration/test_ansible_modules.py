@@ -551,6 +551,7 @@ def test_config_run_in_check_mode_plans_the_jobs_repeats_and_starts_nothing(
 def _fleet_campaign(**configs: dict[str, Any]) -> dict[str, Any]:
     expanded = {name: {"name": name, "nodes": 1, "hosts": None, **config} for name, config in configs.items()}
     return {
+        "engine": "sim",
         "placement": "spread",
         "accept_host_differences": [],
         "configs": expanded,
