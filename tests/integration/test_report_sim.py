@@ -20,7 +20,7 @@ from statistics import mean, stdev
 import pytest
 from tests.support.results_tree import REPO, Deviation, build_run, campaign_from, fairbench_report
 
-from fairbench.report.stats import compare
+from fairbench.measure.stats import compare
 
 DEMO = REPO / "campaigns" / "demo.yml"
 # Short enough for seconds per config; 32 tokens in keeps prefill small next to decode, where the

@@ -33,7 +33,7 @@ from fairbench.report.build import headlines, report_blocks
 from fairbench.report.differences import config_differences
 from fairbench.report.load import Run, load_run
 from fairbench.report.markdown import render_markdown
-from fairbench.report.stats import compare
+from fairbench.measure.stats import compare
 
 CONFIGS = ["tp8", "tp8-nccl", "ep4", "ep8", "ep8-eplb"]
 HOSTS = ("lab1", "lab2")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeGuard
 
 from fairbench.report.figures import PER_USER, THROUGHPUT
-from fairbench.report.stats import Estimate
+from fairbench.measure.stats import Estimate
 from fairbench.report.summary import Level, pareto_frontier
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """The figures of a report: each config's points by concurrency level, its headline, and comparisons.
 
 Every figure is a metric of ``points.jsonl`` (``measure.metrics``) estimated over the repeats of its level
-(stats.py); nothing here recomputes a metric from requests.
+(measure/stats.py); nothing here recomputes a metric from requests.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 from fairbench.report.figures import OF_COMPLETED, PER_GPU, THROUGHPUT
 from fairbench.report.load import ConfigResult, ConfigRun
 from fairbench.report.rules import is_whole
-from fairbench.report.stats import Comparison, Estimate, compare, estimate
+from fairbench.measure.stats import Comparison, Estimate, compare, estimate
 
 
 def estimate_of(values: Sequence[float]) -> Estimate | None:

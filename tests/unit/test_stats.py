@@ -15,7 +15,7 @@ from functools import cache
 
 import pytest
 
-from fairbench.report.stats import NORMAL_975, compare, estimate, sample_std, t_quantile_975
+from fairbench.measure.stats import NORMAL_975, compare, estimate, sample_std, t_quantile_975
 from fairbench.report.summary import pareto_frontier
 
 TABLE_ROWS = (*range(1, 31), 40, 60, 120)
