@@ -28,12 +28,12 @@ from tests.support.results_tree import (
 
 from fairbench.fleet.timeline import Timeline, host_overheads, overhead_s, summary
 from fairbench.hosts.journal import excerpt
+from fairbench.measure.stats import compare
 from fairbench.measure.status import JOURNAL_EXCERPT_LINES
 from fairbench.report.build import headlines, report_blocks
 from fairbench.report.differences import config_differences
 from fairbench.report.load import Run, load_run
 from fairbench.report.markdown import render_markdown
-from fairbench.measure.stats import compare
 
 CONFIGS = ["tp8", "tp8-nccl", "ep4", "ep8", "ep8-eplb"]
 HOSTS = ("lab1", "lab2")

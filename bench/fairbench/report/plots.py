@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeGuard
 
-from fairbench.report.figures import PER_USER, THROUGHPUT
 from fairbench.measure.stats import Estimate
+from fairbench.report.figures import PER_USER, THROUGHPUT
 from fairbench.report.summary import Level, pareto_frontier
 
 if TYPE_CHECKING:

@@ -12,10 +12,10 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fairbench.measure.stats import Comparison, Estimate, compare, estimate
 from fairbench.report.figures import OF_COMPLETED, PER_GPU, THROUGHPUT
 from fairbench.report.load import ConfigResult, ConfigRun
 from fairbench.report.rules import is_whole
-from fairbench.measure.stats import Comparison, Estimate, compare, estimate
 
 
 def estimate_of(values: Sequence[float]) -> Estimate | None:
