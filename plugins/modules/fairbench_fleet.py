@@ -76,6 +76,11 @@ placement:
 jobs:
   description: The jobs, in the order hosts take them.
   type: list
+most_jobs:
+  description:
+    - The most jobs the run may have; more than C(jobs) under spread with automatic repeats, whose further
+      repeats the queue adds while a config's intervals are wide.
+  type: int
 predicted:
   description: Host to the jobs it would take (and lead) if all jobs took as long, with their hosts.
   type: dict
@@ -94,8 +99,9 @@ from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_impo
 
 with FairbenchImport(ON_CONTROL_NODE) as FAIRBENCH_IMPORT:
     from fairbench.fleet.equivalence import check_pools
-    from fairbench.fleet.plan import SPREAD, PlanError, check_gpus, plan, pools
+    from fairbench.fleet.plan import SPREAD, PlanError, check_gpus, most_jobs, plan, pools
     from fairbench.fleet.queue import Queue, new_state, predict, sticky_hosts
+    from fairbench.measure.repeats import repeats_from_json
 
 
 def main() -> None:
@@ -138,6 +144,7 @@ def main() -> None:
         excluded=excluded,
         equivalence=equivalence,
         sticky=sticky_hosts(run_dir, jobs),
+        repeats=repeats_from_json(campaign["workload"]["repeats"]),
     )
     predicted = predict(state, [host for host in params["play_hosts"] if host not in excluded])
     written = params["queue"] and not module.check_mode
@@ -147,6 +154,7 @@ def main() -> None:
         changed=written,
         placement=placement,
         jobs=state["jobs"],
+        most_jobs=most_jobs(campaign, jobs, placement=placement),
         predicted=predicted,
         equivalence=equivalence,
     )

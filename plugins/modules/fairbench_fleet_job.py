@@ -38,6 +38,14 @@ options:
       reason:
         description: Why it failed.
         type: str
+      points:
+        description:
+          - The points of the job's config directory on its host, as the job's follow returned them
+            (C(sweep.levels)). Under spread with automatic repeats, the throughputs of the job's own repeat
+            decide whether its config gets another.
+        type: list
+        elements: dict
+        default: []
   leaving:
     description:
       - The host takes no job (its deploy failed after the jobs were placed); answers C(done), and leaves
@@ -103,6 +111,7 @@ def main() -> None:
                     "job": {"type": "str", "required": True},
                     "ok": {"type": "bool", "required": True},
                     "reason": {"type": "str"},
+                    "points": {"type": "list", "elements": "dict", "default": []},
                 },
             },
             "leaving": {"type": "bool", "default": False},
@@ -118,7 +127,8 @@ def main() -> None:
         index = params["index"]
         claim = Claim(RUN, job=predicted[index]) if index < len(predicted) else Claim(DONE)
         module.exit_json(changed=False, **claim.to_json())
-    finished = Finished(**params["finished"]) if params["finished"] else None
+    given = params["finished"]
+    finished = Finished(**{**given, "points": tuple(given["points"])}) if given else None
     try:
         claim = Queue(Path(params["run_dir"])).claim(params["host"], finished, leaving=params["leaving"])
     except (OSError, ValueError) as exc:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from fairbench.fleet.plan import PLAY_POOL, PlanError, check_gpus, plan, pools
+from fairbench.fleet.plan import PLAY_POOL, PlanError, check_gpus, most_jobs, plan, pools
 from fairbench.fleet.queue import (
     DONE,
     FAILED,
@@ -24,9 +24,12 @@ from fairbench.fleet.queue import (
     predict,
     sticky_hosts,
 )
+from fairbench.measure.repeats import repeats_from_json
 
 
-def campaign(*configs: dict[str, Any], repeats: int = 1, placement: str = "spread") -> dict[str, Any]:
+def campaign(
+    *configs: dict[str, Any], repeats: int | dict[str, Any] = 1, placement: str = "spread"
+) -> dict[str, Any]:
     return {
         "placement": placement,
         "configs": {config["name"]: {"nodes": 1, "hosts": None, **config} for config in configs},
@@ -47,6 +50,7 @@ def state_of(
             excluded={},
             equivalence=None,
             sticky=sticky or {},
+            repeats=repeats_from_json(data["workload"]["repeats"]),
         )
     )
 
@@ -237,3 +241,80 @@ def test_leaving_through_the_queue_file_answers_done(tmp_path: Path) -> None:
     assert queue.claim("b", leaving=True).answer == DONE
     assert queue.claim("a").answer == DONE
     assert queue.read()["jobs"][0]["state"] == UNPLACED
+
+
+def _points(repeat: int, throughputs: dict[int, float]) -> list[dict[str, Any]]:
+    """What a job's follow returns of its config's directory: this repeat's points, another repeat's, and a
+    search probe, which must not count."""
+    listed = [
+        {"repeat": repeat, "max_concurrency": level, "level_source": "listed", "output_throughput": value}
+        for level, value in throughputs.items()
+    ]
+    others = [
+        {"repeat": repeat + 100, "max_concurrency": 1, "level_source": "listed", "output_throughput": 1e9},
+        {"repeat": repeat, "max_concurrency": 3, "level_source": "bisect", "output_throughput": 1e9},
+    ]
+    return listed + others
+
+
+def test_automatic_repeats_under_spread_add_jobs_while_a_level_is_wide_up_to_the_maximum() -> None:
+    auto = {"min": 2, "max": 4, "half_width_pct": 2.0}
+    data = campaign({"name": "steady"}, {"name": "noisy"}, repeats=auto)
+    state = state_of(data, ["a", "b"])
+    assert [job["id"] for job in state.jobs] == ["steady#r0", "noisy#r0", "steady#r1", "noisy#r1"]
+    measured = {"steady": [100.0, 100.0], "noisy": [100.0, 120.0, 110.0, 130.0]}
+    done: dict[str, int] = {"steady": 0, "noisy": 0}
+    order = []
+    host_of_idle = {}
+    for _ in range(20):
+        progressed = False
+        for host in ("a", "b"):
+            claim = state.claim(host, 0.0)
+            host_of_idle[host] = claim.answer
+            if claim.answer != RUN or claim.job is None:
+                continue
+            progressed = True
+            job = claim.job
+            order.append(job["id"])
+            config = job["config"]
+            value = measured[config][done[config]]
+            done[config] += 1
+            state.finish(
+                job["id"], host, ok=True, reason=None, now=0.0, points=_points(job["repeats"][0], {2: value})
+            )
+        if not progressed and all(answer == DONE for answer in host_of_idle.values()):
+            break
+    assert order == ["steady#r0", "noisy#r0", "steady#r1", "noisy#r1", "noisy#r2", "noisy#r3"]
+    judged = state.data["judged"]
+    assert judged["steady"] == {"count": 2, "stopped": "C=2: interval ±0.00 % within ±2 % after 2 repeats"}
+    assert judged["noisy"]["count"] == 4
+    assert judged["noisy"]["stopped"].startswith("C=2: maximum of 4 repeats reached with interval ±")
+    assert state.job("noisy#r3")["throughputs"] == {"2": 130.0}
+    assert most_jobs(data, plan(data, {PLAY_POOL: ["a", "b"]}, placement="spread"), placement="spread") == 8
+
+
+def test_a_host_waits_while_a_running_job_may_still_add_a_repeat_and_predict_plans_the_minimum() -> None:
+    data = campaign({"name": "only"}, repeats={"min": 2, "max": 3, "half_width_pct": 1.0})
+    state = state_of(data, ["a", "b", "c"])
+    assert state.claim("a", 0.0).answer == RUN
+    assert state.claim("b", 0.0).answer == RUN
+    waiting = state.claim("c", 0.0)
+    assert waiting.answer == WAIT and "automatic repeats of only" in waiting.why
+    state.finish("only#r0", "a", ok=True, reason=None, now=1.0, points=_points(0, {1: 10.0}))
+    assert state.claim("a", 1.0).answer == WAIT  # only#r1 still runs: a third repeat may come
+    state.finish("only#r1", "b", ok=True, reason=None, now=2.0, points=_points(1, {1: 12.0}))
+    third = state.claim("c", 2.0)
+    assert third.answer == RUN and third.job is not None and third.job["id"] == "only#r2"
+    assert state.claim("a", 2.0).answer == DONE  # the maximum is taken: nothing more can come
+    predicted = predict(QueueState(json.loads(json.dumps(state_of(data, ["a"]).data))).data, ["a"])
+    assert [job["id"] for job in predicted["a"]] == ["only#r0", "only#r1"]
+
+
+def test_a_failed_job_gives_no_throughputs_and_a_config_with_none_gets_no_more_repeats() -> None:
+    state = state_of(campaign({"name": "x"}, repeats={"min": 2, "max": 5, "half_width_pct": 1.0}), ["a"])
+    for repeat in (0, 1):
+        claim = state.claim("a", 0.0)
+        assert claim.job is not None and claim.job["id"] == f"x#r{repeat}"
+        state.finish(claim.job["id"], "a", ok=False, reason="start: boom", now=0.0)
+    assert state.claim("a", 0.0).answer == DONE
+    assert state.data["judged"]["x"] == {"count": 2, "stopped": "no level measured in 2 job(s)"}

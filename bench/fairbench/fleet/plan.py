@@ -18,10 +18,11 @@ config), then the campaign's config order.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fairbench.campaign.model import DEFAULT_NODES, EVERY_HOST, SPREAD
+from fairbench.measure.repeats import most, planned, repeats_from_json
 
 PLAY_POOL = "gpu_hosts"
 """The pool of a config pinned to no group: the play's hosts, named after the inventory group it runs on."""
@@ -43,6 +44,9 @@ class Job:
     """The hosts that may take it: its pool, or under ``every-host`` the one host it is for."""
     nodes: int
     """Hosts its server spans, rank 0 first; each takes part until the job ends."""
+    extends_repeats: bool = False
+    """Whether its sweep adds automatic repeats itself (every-host: one server measures all of a config's
+    repeats on its host); under spread the queue adds them as jobs (``fleet.queue``)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -52,6 +56,7 @@ class Job:
             "pool": self.pool,
             "eligible": list(self.hosts),
             "nodes": self.nodes,
+            "extends_repeats": self.extends_repeats,
         }
 
     @classmethod
@@ -63,6 +68,7 @@ class Job:
             pool=str(data["pool"]),
             hosts=tuple(str(host) for host in data["eligible"]),
             nodes=int(data["nodes"]),
+            extends_repeats=bool(data.get("extends_repeats", False)),
         )
 
 
@@ -118,7 +124,7 @@ def plan(
     """The run's jobs, in the order they are taken (module docstring). PlanError when a config's pool has
     fewer hosts than its server needs; one whose usable hosts (less ``excluded``) are too few still gets
     its jobs, which the queue leaves unplaced (``queue.new_state``)."""
-    repeats = int(campaign["workload"]["repeats"])
+    repeats = planned(repeats_from_json(campaign["workload"]["repeats"]))
     configs = list(campaign["configs"].values())
     usable = {
         name: tuple(host for host in hosts if host not in excluded) for name, hosts in pools_by_name.items()
@@ -139,11 +145,22 @@ def plan(
         ]
     if placement == EVERY_HOST:
         return [
-            _job(config, f"{config['name']}@{host}", tuple(range(repeats)), usable, host=host)
+            replace(
+                _job(config, f"{config['name']}@{host}", tuple(range(repeats)), usable, host=host),
+                extends_repeats=True,
+            )
             for config in configs
             for host in usable[config.get("hosts") or PLAY_POOL]
         ]
     raise PlanError(f"placement {placement!r}: not {SPREAD} or {EVERY_HOST}")
+
+
+def most_jobs(campaign: Mapping[str, Any], jobs: Sequence[Job], *, placement: str) -> int:
+    """The most jobs the run may have: those planned, and under spread with automatic repeats the further
+    repeats the queue may add to each config (up to ``max`` in all)."""
+    repeats = repeats_from_json(campaign["workload"]["repeats"])
+    extra = most(repeats) - planned(repeats) if placement == SPREAD else 0
+    return len(jobs) + extra * len(campaign["configs"])
 
 
 def _job(

@@ -20,7 +20,16 @@ The file is JSON, rewritten whole (through a temporary file and a rename) under 
 - ``jobs``: the plan (``Job.to_json``), each with ``state`` (one of ``STATES``), ``hosts`` (those running
   it, rank 0 first), ``sticky``, ``claimed_at`` and ``finished_at`` (epoch seconds on the control node),
   ``reason`` (why it failed or was not placed);
-- ``finished_hosts``: the hosts told they are done.
+- ``finished_hosts``: the hosts told they are done;
+- ``repeats``: the campaign's (``measure.repeats``: a count, or automatic), and under automatic repeats
+  ``judged``: per config, the repeats it got and why no more were added.
+
+Automatic repeats under ``spread``: each job measures one repeat of a config on a fresh server. Its rank 0
+reports the throughput of each listed level with its finish; once every job of a config has ended, the
+queue judges the config's levels over its repeats (``repeats.stop_reason``) and appends the next repeat
+as a new job while a level's interval is too wide, at most ``max`` jobs in all. The new job goes to the
+end of the queue, behind every other config's: the repeats of different configs interleave in time. A
+host with nothing to take waits while such a job may still come, instead of being told it is done.
 """
 
 from __future__ import annotations
@@ -35,8 +44,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fairbench.campaign.model import SPREAD
 from fairbench.fleet.plan import Job
-from fairbench.measure.results import POINTS_FILE
+from fairbench.measure.repeats import (
+    JUDGED_METRIC,
+    AutoRepeats,
+    Repeats,
+    repeats_from_json,
+    repeats_to_json,
+    stop_reason,
+)
+from fairbench.measure.results import LISTED, POINTS_FILE
 
 FLEET_FILE = "fleet.json"
 PENDING = "pending"
@@ -73,6 +91,10 @@ class Finished:
     job: str
     ok: bool
     reason: str | None = None
+    points: tuple[Mapping[str, Any], ...] = ()
+    """The points of the config's directory on its host (each with ``repeat``, ``max_concurrency``,
+    ``level_source`` and the judged metric): the job's own repeats' throughputs are kept, for automatic
+    repeats to be judged on."""
 
 
 class QueueState:
@@ -103,6 +125,9 @@ class QueueState:
         self._unplace_stuck()
         if any(job["state"] in OPEN and self._may_take(job, host) for job in self.jobs):
             return Claim(WAIT, why="a server over several hosts is being gathered")
+        judging = self._judging(host)
+        if judging:
+            return Claim(WAIT, why=f"automatic repeats of {', '.join(judging)} are still being judged")
         if host not in self.finished_hosts:
             self.finished_hosts.append(host)
         self._unplace_stuck()
@@ -115,9 +140,19 @@ class QueueState:
             self.finished_hosts.append(host)
         self._unplace_stuck()
 
-    def finish(self, job_id: str, host: str, *, ok: bool, reason: str | None, now: float) -> None:
-        """Record how the job ``host`` led ended; again for a job it already finished, nothing (a retried
-        claim carries its finish again)."""
+    def finish(
+        self,
+        job_id: str,
+        host: str,
+        *,
+        ok: bool,
+        reason: str | None,
+        now: float,
+        points: Sequence[Mapping[str, Any]] = (),
+    ) -> None:
+        """Record how the job ``host`` led ended, with the throughputs of its own repeats' listed levels
+        among ``points``; again for a job it already finished, nothing (a retried claim carries its finish
+        again). Under automatic repeats, its config may get its next repeat (module docstring)."""
         job = self.job(job_id)
         if job["state"] in (OK, FAILED) and job["hosts"][:1] == [host]:
             return
@@ -126,6 +161,63 @@ class QueueState:
         job["state"] = OK if ok else FAILED
         job["reason"] = reason
         job["finished_at"] = now
+        job["throughputs"] = {
+            str(point["max_concurrency"]): float(point[JUDGED_METRIC])
+            for point in points
+            if point.get("repeat") in job["repeats"]
+            and point.get("level_source", LISTED) == LISTED
+            and isinstance(point.get(JUDGED_METRIC), int | float)
+        }
+        self._judge(job["config"])
+
+    def _policy(self) -> AutoRepeats | None:
+        policy = repeats_from_json(self.data.get("repeats", 1))
+        return policy if isinstance(policy, AutoRepeats) and self.data["placement"] == SPREAD else None
+
+    def _judge(self, config: str) -> None:
+        """Once every job of ``config`` has ended: append its next repeat while a level's interval is wide
+        and it has had fewer than ``max`` jobs, else record why its repeats stopped (``judged``)."""
+        policy = self._policy()
+        jobs = [job for job in self.jobs if job["config"] == config]
+        if policy is None or any(job["state"] in (*OPEN, RUNNING) for job in jobs):
+            return
+        by_level: dict[str, list[float]] = {}
+        for job in jobs:
+            for level, value in job.get("throughputs", {}).items():
+                by_level.setdefault(level, []).append(value)
+        reasons = {level: stop_reason(values, policy) for level, values in by_level.items()}
+        if len(jobs) < policy.maximum and None in reasons.values():
+            last = jobs[-1]
+            repeat = 1 + max(max(job["repeats"]) for job in jobs)
+            self.jobs.append(
+                {
+                    **{key: last[key] for key in ("config", "pool", "eligible", "nodes")},
+                    **{"id": f"{config}#r{repeat}", "repeats": [repeat], "state": PENDING, "hosts": []},
+                    **{"sticky": [], "claimed_at": None, "finished_at": None, "reason": None},
+                }
+            )
+            return
+        shown = "; ".join(f"C={level}: {why}" for level, why in reasons.items() if why) or (
+            f"no level measured in {len(jobs)} job(s)"
+        )
+        self.data.setdefault("judged", {})[config] = {"count": len(jobs), "stopped": shown}
+
+    def _judging(self, host: str) -> list[str]:
+        """The configs ``host`` may run whose next automatic repeat is not decided yet: some job of theirs
+        still runs, and they have had fewer than ``max``."""
+        policy = self._policy()
+        if policy is None or host in self.finished_hosts:
+            return []
+        found: dict[str, None] = {}
+        for job in self.jobs:
+            config_jobs = [other for other in self.jobs if other["config"] == job["config"]]
+            if (
+                job["state"] in (GATHERING, RUNNING)
+                and host in job["eligible"]
+                and len(config_jobs) < policy.maximum
+            ):
+                found[job["config"]] = None
+        return list(found)
 
     def job(self, job_id: str) -> dict[str, Any]:
         for job in self.jobs:
@@ -176,11 +268,13 @@ def new_state(
     excluded: Mapping[str, str],
     equivalence: Mapping[str, Any] | None,
     sticky: Mapping[str, Sequence[str]],
+    repeats: Repeats = 1,
 ) -> dict[str, Any]:
     """A fresh queue of ``jobs``: every job pending, led by its sticky hosts where it has them, but those
     with too few usable hosts (their pool's others failed to deploy), unplaced at once."""
     data: dict[str, Any] = {
         "placement": placement,
+        "repeats": repeats_to_json(repeats),
         "pools": {name: list(hosts) for name, hosts in pools.items()},
         "excluded": dict(excluded),
         "equivalence": dict(equivalence) if equivalence is not None else None,
@@ -270,7 +364,14 @@ class Queue:
         with self._locked():
             state = QueueState(self.read())
             if finished is not None:
-                state.finish(finished.job, host, ok=finished.ok, reason=finished.reason, now=time.time())
+                state.finish(
+                    finished.job,
+                    host,
+                    ok=finished.ok,
+                    reason=finished.reason,
+                    now=time.time(),
+                    points=finished.points,
+                )
             if leaving:
                 state.leave(host)
             claim = Claim(DONE) if leaving else state.claim(host, time.time())

@@ -29,6 +29,7 @@ from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 
 from fairbench.measure.records import RequestRecord
+from fairbench.measure.slo import SloTarget
 
 NS_PER_S = 1_000_000_000
 NS_PER_MS = 1_000_000
@@ -427,4 +428,85 @@ def energy_metrics(total_output_tokens: int, gpus: Mapping[int, tuple[float, flo
     }
     if total_j > 0:
         figures["output_tokens_per_j"] = output_tokens_per_joule(total_output_tokens, total_j)
+    return figures
+
+
+# --- Service-level objectives and goodput ----------------------------------------------------------
+
+
+def _slo_value_ns(record: RequestRecord, target: SloTarget) -> float | None:
+    """One request's own value of an objective's metric, in ns: its TTFT, TPOT or e2e latency, and for
+    ``itl`` the objective's percentile of its own per-token gaps. None where it has none (TPOT of a
+    one-token output, ITL of a request without gaps): that request is not judged on that objective."""
+    if target.metric == "ttft":
+        return float(record.ttft_ns)
+    if target.metric == "e2e_latency":
+        return float(record.latency_ns)
+    if target.metric == "tpot":
+        return tpot_ns(record)
+    gaps = token_itls_ns(record)
+    return percentile(gaps, target.percentile) if gaps else None
+
+
+def _point_slo_value_ms(records: Sequence[RequestRecord], target: SloTarget) -> float:
+    """The objective's percentile over the point: of the requests' values (for ``itl``, of every per-token
+    gap of the point), a failed request counting as one infinitely slow observation."""
+    observed: list[float] = []
+    for record in records:
+        if not record.success:
+            observed.append(math.inf)
+        elif target.metric == "itl":
+            observed += token_itls_ns(record)
+        elif (value := _slo_value_ns(record, target)) is not None:
+            observed.append(value)
+    return percentile(observed, target.percentile) / NS_PER_MS if observed else 0.0
+
+
+def meets_slo(record: RequestRecord, targets: Sequence[SloTarget]) -> bool:
+    """Whether one request met every objective on its own: it succeeded, and each of its values
+    (:func:`_slo_value_ns`) is at most the limit; a value it does not have is not held against it."""
+    if not record.success:
+        return False
+    for target in targets:
+        value = _slo_value_ns(record, target)
+        if value is not None and value > target.limit_ms * NS_PER_MS:
+            return False
+    return True
+
+
+def slo_metrics(
+    records: Sequence[RequestRecord], duration_s: float, targets: Sequence[SloTarget], gpus: int | None = None
+) -> dict[str, object]:
+    """A point's figures against its campaign's objectives; none (an empty dict) without objectives.
+
+    With G the requests that :func:`meets_slo` (succeeded and met every objective on their own), N all the
+    point's requests and D = duration_s:
+    - slo_measured = {key: the key's percentile of its metric over the point (ms)}: the q-th percentile of
+      the requests' TTFT, TPOT or e2e latency, for ``itl`` of every per-token gap, a failed request counting
+      as one infinitely slow observation; null (JSON has no infinity) where that percentile is a failure
+    - slo_met = every slo_measured value is at most its limit (a null one is not)
+    - slo_attainment = |G| / N (0 for no requests)
+    - goodput_request_throughput = |G| / D; goodput_output_throughput = sum(output_len over G) / D
+    - goodput_output_throughput_per_gpu = goodput_output_throughput / gpus, only when gpus is given
+
+    vLLM's ``--goodput`` and AIPerf's goodput count the same requests per second: a request is good when
+    each of its TTFT, TPOT and e2e latency is within its limit (AIPerf's inter-token latency is fairbench's
+    TPOT). Neither has a percentile in its limits or judges a point; fairbench's keys carry one, which
+    judges the point (slo_met), while the per-request test ignores it except for ``itl``, where a request's
+    own gaps are many and the percentile picks one of them. Output goodput in tok/s is fairbench's.
+    """
+    if not targets:
+        return {}
+    measured = {target.key: _point_slo_value_ms(records, target) for target in targets}
+    good = [record for record in records if meets_slo(record, targets)]
+    goodput_tokens = sum(record.output_len for record in good) / duration_s
+    figures: dict[str, object] = {
+        "slo_met": all(measured[target.key] <= target.limit_ms for target in targets),
+        "slo_measured": {key: value if math.isfinite(value) else None for key, value in measured.items()},
+        "slo_attainment": len(good) / len(records) if records else 0.0,
+        "goodput_request_throughput": len(good) / duration_s,
+        "goodput_output_throughput": goodput_tokens,
+    }
+    if gpus is not None:
+        figures["goodput_output_throughput_per_gpu"] = goodput_tokens / gpus
     return figures

@@ -91,6 +91,12 @@ def _identity_of(point: dict[str, Any]) -> RunIdentity | None:
     return RunIdentity(**{name: point.get(name) for name in IDENTITY_KEYS})
 
 
+LISTED = "listed"
+"""``level_source`` of a point at one of the sweep's levels (a line without the key is one)."""
+BISECT = "bisect"
+"""``level_source`` of a point the SLO search added between two levels (``Sweep.search_probe``)."""
+
+
 def point_id(concurrency: int, repeat: int) -> str:
     return f"c{concurrency}-r{repeat}"
 

@@ -4,6 +4,11 @@ At a level of concurrency C, C workers each send one request at a time and send
 the next the moment theirs ends, until the level's prompts are used up. Points
 are written one by one as they complete (see results.py), so an interrupted
 sweep resumes where it stopped.
+
+Which point comes next is decided from the points already written (``Sweep.next_point``), so a resumed
+sweep takes up the same plan: each repeat's listed levels, then (with a search resolution) the probes
+that bisect for the highest level meeting the SLO, then (with automatic repeats) further repeats of the
+levels whose throughput interval is still wide.
 """
 
 from __future__ import annotations
@@ -29,10 +34,19 @@ from fairbench.measure.energy import (
     optional_sampler,
     point_fields,
 )
-from fairbench.measure.metrics import accept_length, point_metrics
+from fairbench.measure.metrics import accept_length, point_metrics, slo_metrics
 from fairbench.measure.progress import Progress
 from fairbench.measure.records import RequestRecord
-from fairbench.measure.results import ResultsDir, RunIdentity, point_id
+from fairbench.measure.repeats import (
+    JUDGED_METRIC,
+    AutoRepeats,
+    Repeats,
+    planned,
+    repeats_to_json,
+    stop_reason,
+)
+from fairbench.measure.results import BISECT, LISTED, ResultsDir, RunIdentity, point_id
+from fairbench.measure.slo import SloTarget, slo_to_json
 from fairbench.measure.vocabulary import Vocabulary, VocabularyError, explicit, from_model_info
 from fairbench.measure.workload import MIN_PROMPTS_PER_LEVEL, Prompt, Workload, WorkloadSpec, parse_count
 
@@ -60,7 +74,13 @@ class SweepSpec:
     api: str = "completions"
     prompts_per_level: str = "10x"
     warmup: str = "2x"
-    repeats: int = 1
+    repeats: Repeats = 1
+    """A fixed count, or automatic repeats (``measure.repeats``)."""
+    slo: tuple[SloTarget, ...] = ()
+    """The objectives each point is judged against (``metrics.slo_metrics``); none: no SLO figures."""
+    search_resolution: int | None = None
+    """With an SLO: after a repeat's listed levels, bisect between its last level meeting the SLO and the
+    first that does not until they are at most this many requests of concurrency apart."""
     flush_cache: bool = False
     max_error_rate: float = 0.5
     model: str | None = None
@@ -79,6 +99,9 @@ class SweepSpec:
     only_repeats: list[int] | None = None
     """The repeats this call measures (a campaign job's share of them); None: all of them. Not one of the
     settings: the jobs of one config, each measuring its own repeats, write one results directory."""
+    extend_repeats: bool = True
+    """Whether this call adds automatic repeats to the levels whose interval is wide. A spread campaign's
+    job measures its own repeat only: the campaign's queue judges the config's repeats over its jobs."""
 
     def settings(self, vocabulary: Vocabulary | None, model: str | None) -> dict[str, Any]:
         """The inputs a resumed sweep must share with the original (see ResultsDir.prepare); ``vocabulary``
@@ -92,9 +115,11 @@ class SweepSpec:
             "concurrency": self.concurrency,
             "prompts_per_level": self.prompts_per_level,
             "warmup": self.warmup,
-            "repeats": self.repeats,
+            "repeats": repeats_to_json(self.repeats),
             "flush_cache": self.flush_cache,
             "gpus": self.gpus,
+            "slo": slo_to_json(self.slo),
+            "search_resolution": self.search_resolution,
         }
 
 
@@ -244,8 +269,10 @@ class Sweep:
         return identity if identity.host else replace(identity, host=platform.node() or None)
 
     def todo(self, *, remeasure_failed: bool = False) -> list[tuple[int, int]]:
-        """(concurrency, repeat) of each point to measure: those the results directory lacks, and with
-        ``remeasure_failed`` those whose every request failed; repeat-major, so repeats are spread in time."""
+        """(concurrency, repeat) of each point known to be measured: the listed levels of each repeat that
+        the results directory lacks, and with ``remeasure_failed`` those whose every request failed;
+        repeat-major, so repeats are spread in time. Search probes and automatic repeats come on top,
+        decided as the points come in (``next_point``)."""
         done = self.results.completed_ids()
         if remeasure_failed:
             done -= self.results.failed_ids()
@@ -257,29 +284,86 @@ class Sweep:
         ]
 
     def repeats(self) -> list[int]:
-        """The repeats this call measures, in order."""
-        every = range(self.spec.repeats)
+        """The repeats this call measures whatever their points show, in order: all of a fixed count, the
+        minimum of automatic repeats; a campaign job's share of them."""
+        every = range(planned(self.spec.repeats))
         only = self.spec.only_repeats
-        return list(every) if only is None else [repeat for repeat in every if repeat in only]
+        return list(every) if only is None else sorted(only)
+
+    def next_point(self, points: list[dict[str, Any]], skip: set[str]) -> tuple[int, int, str] | None:
+        """The next point to measure, as (concurrency, repeat, level source), given the directory's
+        ``points`` and the ids to ``skip`` (present, or measured by this call already); None when done.
+
+        Repeat by repeat, its listed levels and then its search probes (``search_probe``); then, when this
+        call may extend automatic repeats, the listed level with the fewest repeats among those whose
+        throughput interval ``stop_reason`` finds too wide (level order breaks ties, so the extra repeats
+        go round the levels instead of piling onto one).
+        """
+        for repeat in self.repeats():
+            for level in self.spec.concurrency:
+                if point_id(level, repeat) not in skip:
+                    return level, repeat, LISTED
+            probe = self.search_probe([point for point in points if point.get("repeat") == repeat])
+            if probe is not None and point_id(probe, repeat) not in skip:
+                return probe, repeat, BISECT
+        policy = self.spec.repeats
+        if not (isinstance(policy, AutoRepeats) and self.spec.extend_repeats):
+            return None
+        wanting = []
+        for level in self.spec.concurrency:
+            measured = _listed_points(points, level)
+            if len(measured) < policy.maximum and stop_reason(_throughputs(measured), policy) is None:
+                wanting.append((len(measured), level, 1 + max((p["repeat"] for p in measured), default=-1)))
+        if not wanting:
+            return None
+        _, level, repeat = min(wanting, key=lambda want: want[0])
+        return level, repeat, LISTED
+
+    def search_probe(self, points: list[dict[str, Any]]) -> int | None:
+        """The next level to bisect at among one repeat's ``points``, None when the search is over.
+
+        Going up the measured levels, the first whose point did not meet the SLO is F and the one below
+        it L (it met, as did every level below it). While F - L exceeds the search resolution, the probe
+        is (L + F) // 2. No search when the lowest level failed (no level meets it), when every level
+        met it (the highest listed is the answer's lower bound), or before every listed level is in.
+        """
+        resolution = self.spec.search_resolution
+        if resolution is None or not self.spec.slo:
+            return None
+        by_level = {int(point["max_concurrency"]): point for point in points}
+        if any(level not in by_level for level in self.spec.concurrency):
+            return None
+        below = None
+        for level in sorted(by_level):
+            if by_level[level].get("slo_met") is not True:
+                return None if below is None or level - below <= resolution else (below + level) // 2
+            below = level
+        return None
 
     async def run(self, *, resume: bool = False, remeasure_failed: bool = False) -> list[dict[str, Any]]:
-        """Measure every point ``todo`` names, holding the results directory's writer lock; returns the
-        point lines written by this call.
+        """Measure every point ``next_point`` names, holding the results directory's writer lock; returns
+        the point lines written by this call.
 
         Raises ServerUnreachable when the server cannot be used, and once a point's every request failed
         to connect or stalled: the server is gone or hung, and each point after it would fail the same way.
         """
         with self.results.writer():
-            todo = self.todo(remeasure_failed=remeasure_failed)
-            return await self._measure_all(todo, resume=resume) if todo else []
+            skip = self.results.completed_ids()
+            if remeasure_failed:
+                skip -= self.results.failed_ids()
+            if self.next_point(self.results.points(), skip) is None:
+                return []
+            return await self._measure_all(skip, resume=resume, remeasure_failed=remeasure_failed)
 
-    async def _measure_all(self, todo: list[tuple[int, int]], *, resume: bool) -> list[dict[str, Any]]:
+    async def _measure_all(
+        self, skip: set[str], *, resume: bool, remeasure_failed: bool
+    ) -> list[dict[str, Any]]:
         spec = self.spec
         written: list[dict[str, Any]] = []
         async with StreamClient(
             spec.url,
             ApiFormat(spec.api, spec.model or ""),
-            concurrency=max(level for level, _ in todo),
+            concurrency=max(spec.concurrency),
             api_key=spec.api_key,
             connect_timeout=spec.connect_timeout,
             read_timeout=spec.read_timeout,
@@ -290,18 +374,39 @@ class Sweep:
             self.results.prepare(spec.settings(vocabulary, model), resume=resume)
             identity = self.identity()
             self.results.discard_partial()
-            self._note_resumed(todo)
+            self._note_resumed(self.todo(remeasure_failed=remeasure_failed))
             # One sampler for the whole sweep: NVML starts once, not per point.
             with optional_sampler(spec.energy_gpus, self.progress.note, enabled=spec.energy) as energy:
                 self.first_request_at = time.time()
-                for index, (level, repeat) in enumerate(todo):
+                points = self.results.points()
+                while (step := self.next_point(points, skip)) is not None:
+                    level, repeat, source = step
                     point, records = await self._measure_point(
-                        client, workload, level, repeat, energy, identity=identity
+                        client, workload, level, repeat, energy, identity=identity, source=source
                     )
+                    point |= self._repeats_stopped(points, point)
                     written.append(self.results.write_point(point, records))
                     self.last_point_ended_at = time.time()
-                    _stop_when_unreachable(point["point_id"], records, left=len(todo) - index - 1)
+                    skip.add(point["point_id"])
+                    points = self.results.points()
+                    left = len(self.todo(remeasure_failed=remeasure_failed)) - len(written)
+                    _stop_when_unreachable(point["point_id"], records, left=max(left, 0))
         return written
+
+    def _repeats_stopped(self, points: list[dict[str, Any]], point: dict[str, Any]) -> dict[str, str]:
+        """``repeats_stopped`` for a listed level's point after which automatic repeats add none to it:
+        why (``stop_reason`` over its repeats so far and this one); nothing while more will come, or for
+        a fixed number of repeats, a probe, or a job whose repeats the campaign's queue judges."""
+        policy = self.spec.repeats
+        if (
+            not (isinstance(policy, AutoRepeats) and self.spec.extend_repeats)
+            or point["level_source"] != LISTED
+        ):
+            return {}
+        level = int(point["max_concurrency"])
+        earlier = [other for other in _listed_points(points, level) if other["point_id"] != point["point_id"]]
+        reason = stop_reason(_throughputs([*earlier, point]), policy)
+        return {} if reason is None else {"repeats_stopped": reason}
 
     async def model(self, client: StreamClient) -> str | None:
         """The model the OpenAI APIs ask for: the user's, else the server's; None for ``generate``, which
@@ -353,6 +458,7 @@ class Sweep:
         energy: EnergySampler | None = None,
         *,
         identity: RunIdentity,
+        source: str = "listed",
     ) -> tuple[dict[str, Any], list[RequestRecord]]:
         spec = self.spec
         pid = point_id(level, repeat)
@@ -398,12 +504,14 @@ class Sweep:
         lag = await monitor.stop()
         records.sort(key=lambda record: record.index)
         metrics = point_metrics(records, duration_s, level, gpus=spec.gpus)
+        objectives = slo_metrics(records, duration_s, spec.slo, gpus=spec.gpus)
         energy_fields = point_fields(gpu_energy, int(metrics["total_output_tokens"]))
         sharegpt = spec.workload.dataset != "random-ids"
         point: dict[str, Any] = {
             **identity.to_json(),
             "point_id": pid,
             "repeat": repeat,
+            "level_source": source,
             # sglang.bench_serving's arguments, as it names them in its result line.
             "tag": None,  # its --tag, a label of the user's; fairbench takes none: the identity names the run
             "backend": BACKEND_NAMES[spec.api],
@@ -416,6 +524,7 @@ class Sweep:
             "random_output_len": spec.workload.output_len,
             "random_range_ratio": spec.workload.range_ratio,
             **metrics,
+            **objectives,
             # Not asked of a server that completed nothing: it may be gone or hung (each wait a timeout).
             "accept_length": await self._accept_length(client, pid) if metrics["completed"] else None,
             "num_prompts": count,
@@ -432,6 +541,8 @@ class Sweep:
             f"{metrics['completed']}/{count} ok, {metrics['output_throughput']:,.0f} tok/s, "
             f"TTFT p50 {metrics['median_ttft_ms']:.1f} ms, TPOT p50 {metrics['median_tpot_ms']:.2f} ms"
             + (f", {per_joule:.2f} tok/J" if (per_joule := energy_fields.get("output_tokens_per_j")) else "")
+            + ("" if not objectives else ", SLO met" if objectives["slo_met"] else ", SLO missed")
+            + (" (search probe)" if source == BISECT else "")
             + (" (stopped early: error rate)" if stopped_early else "")
         )
         return point, records
@@ -454,3 +565,16 @@ class Sweep:
         except EnergyUnavailable as exc:
             self.progress.note(f"{pid}: GPU energy not measured: {exc}")
             return []
+
+
+def _listed_points(points: list[dict[str, Any]], level: int) -> list[dict[str, Any]]:
+    """The points of one listed level, over its repeats (a probe at the same concurrency is none of them)."""
+    return [
+        point
+        for point in points
+        if point.get("max_concurrency") == level and point.get("level_source", LISTED) == LISTED
+    ]
+
+
+def _throughputs(points: list[dict[str, Any]]) -> list[float]:
+    return [float(point[JUDGED_METRIC]) for point in points if point.get(JUDGED_METRIC) is not None]
