@@ -384,9 +384,14 @@ class StreamClient:
             reason = _unreachable_reason(exc, url, self.connect_timeout, answer_timeout)
             raise ServerUnreachable(f"cannot reach {url}: {reason}") from exc
 
-    async def request(self, prompt: Prompt, body: bytes, rid: str) -> RequestRecord:
+    async def request(
+        self, prompt: Prompt, body: bytes, rid: str, *, scheduled_ns: int | None = None
+    ) -> RequestRecord:
         """Send one streaming request (``body`` made with ``rid``) and return its record.
 
+        ``scheduled_ns`` (a ``perf_counter_ns`` reading) is when an open loop meant to send it: the
+        record's ``start_ns`` is then that time, not the send, and ``send_delay_ns`` = send -
+        scheduled_ns (negative if sent early). Without it, ``start_ns`` is the send and the delay 0.
         Never raises for a failure of the request: the record says what went wrong.
         """
         record = RequestRecord(prompt.index, prompt.prompt_len, prompt.output_len, rid=rid)
@@ -395,7 +400,11 @@ class StreamClient:
         assert task is not None, "request() runs in a task"
         watched = _InFlight(task, parser)
         self._in_flight.add(watched)
+        # The stall watchdog counts from the send: a request that waited for its slot has not stalled.
         record.start_ns = parser.last_read_ns = perf_counter_ns()
+        if scheduled_ns is not None:
+            record.send_delay_ns = record.start_ns - scheduled_ns
+            record.start_ns = scheduled_ns
         try:
             async with self.session.post(self.url, data=body, headers=self.headers) as response:
                 record.status = response.status

@@ -28,7 +28,8 @@ class RequestRecord:
     output_len_requested: int
     """The ``max_tokens`` / ``max_new_tokens`` sent with ``ignore_eos``."""
     start_ns: int = 0
-    """Just before the request was written to the connection."""
+    """Just before the request was written to the connection; in an open loop, the time it was scheduled
+    to be sent (it went out ``send_delay_ns`` later), so that its TTFT and latency count the wait."""
     end_ns: int = 0
     """Arrival of the last stream line (``[DONE]``), or the moment it failed."""
     chunk_ns: list[int] = field(default_factory=list)
@@ -41,6 +42,10 @@ class RequestRecord:
     """Empty on success, else the reason (with a body excerpt for HTTP errors)."""
     rid: str = ""
     """The request id sent to the server (SGLang's ``rid``): finds the request in its log."""
+    send_delay_ns: int = 0
+    """When the request was written to the connection less ``start_ns``: in an open loop, how late it
+    went out after its scheduled time (waiting for a slot, or for the event loop); 0 in a closed loop,
+    whose ``start_ns`` is the send itself. Files written before it existed read back as 0."""
 
     @property
     def success(self) -> bool:
@@ -48,12 +53,12 @@ class RequestRecord:
 
     @property
     def ttft_ns(self) -> int:
-        """First content chunk minus send time; 0 when there was none."""
+        """First content chunk minus send time (``start_ns``); 0 when there was none."""
         return self.chunk_ns[0] - self.start_ns if self.chunk_ns else 0
 
     @property
     def latency_ns(self) -> int:
-        """End-to-end latency: last stream line minus send time."""
+        """End-to-end latency: last stream line minus send time (``start_ns``)."""
         return self.end_ns - self.start_ns
 
     def to_json(self) -> dict[str, Any]:
