@@ -18,7 +18,7 @@ import gc
 import platform
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
@@ -27,6 +27,7 @@ from typing import Any
 
 from fairbench import __version__
 from fairbench.measure.client import CONNECTION_FAILED, STALLED, ApiFormat, ServerUnreachable, StreamClient
+from fairbench.measure.closed_loop import PreparedRequest, run_closed_loop
 from fairbench.measure.energy import (
     EnergySampler,
     EnergyUnavailable,
@@ -48,12 +49,9 @@ from fairbench.measure.repeats import (
 from fairbench.measure.results import BISECT, LISTED, ResultsDir, RunIdentity, point_id
 from fairbench.measure.slo import SloTarget, slo_to_json
 from fairbench.measure.vocabulary import Vocabulary, VocabularyError, explicit, from_model_info
-from fairbench.measure.workload import MIN_PROMPTS_PER_LEVEL, Prompt, Workload, WorkloadSpec, parse_count
+from fairbench.measure.workload import MIN_PROMPTS_PER_LEVEL, Workload, WorkloadSpec, parse_count
 
 LAG_SAMPLE_INTERVAL_S = 0.01
-# The error rate is judged only once this many requests of the level have ended,
-# so that one early failure does not stop a level.
-ERROR_RATE_MIN_REQUESTS = 8
 
 # sglang.bench_serving's name for each API, so its tooling reads our points.
 BACKEND_NAMES = {"completions": "sglang-oai", "chat": "sglang-oai-chat", "generate": "sglang"}
@@ -169,53 +167,6 @@ def collector_paused() -> Iterator[None]:
     finally:
         gc.enable()
         gc.unfreeze()
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedRequest:
-    """A prompt with its request id and encoded body, made before the clock starts."""
-
-    prompt: Prompt
-    rid: str
-    body: bytes
-
-
-async def run_closed_loop(
-    client: StreamClient,
-    *,
-    requests: list[PreparedRequest],
-    concurrency: int,
-    on_done: Callable[[RequestRecord], None],
-    max_error_rate: float | None = None,
-) -> tuple[list[RequestRecord], bool]:
-    """Send every request with ``concurrency`` in flight; returns (records, stopped early).
-
-    When ``max_error_rate`` is given and the failed share of ended requests passes it,
-    no new request is sent; those in flight are allowed to end.
-    """
-    records: list[RequestRecord] = []
-    next_index = 0
-    failed = 0
-    stopped = False
-
-    async def worker() -> None:
-        nonlocal next_index, failed, stopped
-        while not stopped and next_index < len(requests):
-            request = requests[next_index]
-            next_index += 1
-            record = await client.request(request.prompt, request.body, request.rid)
-            records.append(record)
-            failed += not record.success
-            on_done(record)
-            if (
-                max_error_rate is not None
-                and len(records) >= ERROR_RATE_MIN_REQUESTS
-                and failed / len(records) > max_error_rate
-            ):
-                stopped = True
-
-    await asyncio.gather(*(worker() for _ in range(min(concurrency, len(requests)))))
-    return records, stopped
 
 
 # The errors that, when every request of a point ended in one, say the server itself is gone or hung, so
