@@ -18,7 +18,7 @@ SMALL = Vocabulary(size=512, excluded=(0, 1, 2, 511), source="test")
 
 def test_random_ids_have_exact_length_and_use_only_the_vocabulary_s_ordinary_ids() -> None:
     spec = WorkloadSpec(input_len=1024, output_len=64)
-    prompts = Workload(spec, SMALL).prompts(20, concurrency=4, repeat=0)
+    prompts = Workload(spec, SMALL).prompts(20, level="c4", repeat=0)
     assert len(prompts) == 20
     seen: set[int] = set()
     for index, prompt in enumerate(prompts):
@@ -35,24 +35,24 @@ def test_token_id_prompts_without_a_vocabulary_are_refused() -> None:
     with pytest.raises(WorkloadError, match="vocabulary"):
         Workload(WorkloadSpec(input_len=8, output_len=8))
     # Text needs none.
-    assert Workload(WorkloadSpec(input_len=8, output_len=8, as_text=True)).prompts(1, concurrency=1, repeat=0)
+    assert Workload(WorkloadSpec(input_len=8, output_len=8, as_text=True)).prompts(1, level="c1", repeat=0)
 
 
 def test_same_seed_same_prompts_bit_for_bit() -> None:
     spec = WorkloadSpec(input_len=128, output_len=16, seed=7, range_ratio=0.5)
-    first = Workload(spec, SMALL).prompts(10, concurrency=8, repeat=1)
-    second = Workload(spec, SMALL).prompts(10, concurrency=8, repeat=1)
+    first = Workload(spec, SMALL).prompts(10, level="c8", repeat=1)
+    second = Workload(spec, SMALL).prompts(10, level="c8", repeat=1)
     assert first == second
 
 
 def test_points_phases_and_seeds_get_different_prompts() -> None:
     workload = Workload(WorkloadSpec(input_len=64, output_len=8), SMALL)
-    base = workload.prompts(4, concurrency=4, repeat=0)
+    base = workload.prompts(4, level="c4", repeat=0)
     others = [
-        workload.prompts(4, concurrency=8, repeat=0),
-        workload.prompts(4, concurrency=4, repeat=1),
-        workload.prompts(4, concurrency=4, repeat=0, phase="warmup"),
-        Workload(WorkloadSpec(input_len=64, output_len=8, seed=2), SMALL).prompts(4, concurrency=4, repeat=0),
+        workload.prompts(4, level="c8", repeat=0),
+        workload.prompts(4, level="c4", repeat=1),
+        workload.prompts(4, level="c4", repeat=0, phase="warmup"),
+        Workload(WorkloadSpec(input_len=64, output_len=8, seed=2), SMALL).prompts(4, level="c4", repeat=0),
     ]
     seen = {tuple(p.prompt) for p in base if isinstance(p.prompt, list)}
     for other in others:
@@ -63,7 +63,7 @@ def test_points_phases_and_seeds_get_different_prompts() -> None:
 
 def test_range_ratio_draws_lengths_within_bounds() -> None:
     prompts = Workload(WorkloadSpec(input_len=100, output_len=40, range_ratio=0.25), SMALL).prompts(
-        200, concurrency=1, repeat=0
+        200, level="c1", repeat=0
     )
     inputs = {p.prompt_len for p in prompts}
     outputs = {p.output_len for p in prompts}
@@ -74,7 +74,7 @@ def test_range_ratio_draws_lengths_within_bounds() -> None:
 
 def test_chat_prompts_are_text_of_about_the_input_length() -> None:
     prompts = Workload(WorkloadSpec(input_len=50, output_len=8, as_text=True)).prompts(
-        3, concurrency=1, repeat=0
+        3, level="c1", repeat=0
     )
     for prompt in prompts:
         assert isinstance(prompt.prompt, str)
@@ -90,7 +90,7 @@ def test_sharegpt_file_gives_first_human_turns(tmp_path: Path) -> None:
     path = tmp_path / "sg.json"
     path.write_text(json.dumps(data))
     prompts = Workload(WorkloadSpec(input_len=10, output_len=5, dataset=str(path))).prompts(
-        30, concurrency=1, repeat=0
+        30, level="c1", repeat=0
     )
     assert {p.prompt for p in prompts} == {"hello there", "second form"}
     assert all(p.output_len == 5 for p in prompts)

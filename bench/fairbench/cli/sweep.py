@@ -17,11 +17,14 @@ from urllib.parse import urlsplit
 
 from fairbench.cli.main import UsageError
 from fairbench.measure import bounds
+from fairbench.measure.arrivals import ARRIVALS
 from fairbench.measure.bounds import Bound
 from fairbench.measure.client import ServerUnreachable
 from fairbench.measure.energy import GpuSelectionError
 from fairbench.measure.progress import Progress
-from fairbench.measure.results import ResultsDir, ResultsError, RunIdentity
+from fairbench.measure.repeats import AUTO, AutoRepeats, Repeats
+from fairbench.measure.results import ResultsDir, ResultsError, RunIdentity, is_open_loop
+from fairbench.measure.slo import SloError, SloTarget, parse_target
 from fairbench.measure.sweep import Sweep, SweepSpec
 from fairbench.measure.vocabulary import VocabularyError
 from fairbench.measure.workload import APIS, WorkloadError, WorkloadSpec, parse_count
@@ -65,6 +68,19 @@ def concurrency_list(text: str) -> list[int]:
     return _bounded_list(text, bounds.CONCURRENCY, "level")
 
 
+def _rate_list(text: str) -> list[float]:
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a comma-separated list of request rates")
+    try:
+        rates = [float(_number(part, bounds.REQUEST_RATE)) for part in parts]
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+    if len(set(rates)) != len(rates):
+        raise argparse.ArgumentTypeError(f"{text!r} lists a rate twice")
+    return rates
+
+
 def _gpu_list(text: str) -> list[int]:
     return _bounded_list(text, bounds.GPU_INDEX, "GPU")
 
@@ -75,6 +91,31 @@ def _count(text: str) -> str:
     except WorkloadError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text
+
+
+def _repeats(text: str) -> Repeats:
+    """argparse type of ``--repeats``: N, ``auto``, or ``auto:MIN:MAX:PCT`` (measure.repeats)."""
+    if text == AUTO:
+        return AutoRepeats()
+    if not text.startswith(f"{AUTO}:"):
+        return int(_number(text, bounds.REPEATS))
+    parts = text.split(":")[1:]
+    if len(parts) != 3:
+        raise argparse.ArgumentTypeError(f"{text!r} must be N, auto or auto:MIN:MAX:PCT")
+    minimum, maximum = (int(_number(part, bounds.AUTO_REPEATS)) for part in parts[:2])
+    if maximum < minimum:
+        raise argparse.ArgumentTypeError(f"{text!r}: MAX {maximum} is below MIN {minimum}")
+    return AutoRepeats(minimum, maximum, float(_number(parts[2], bounds.HALF_WIDTH_PCT)))
+
+
+def _slo_entry(text: str) -> SloTarget:
+    """argparse type of one ``--slo KEY=MS`` (measure.slo)."""
+    key, equals, limit = text.partition("=")
+    try:
+        value = float(limit) if equals else None
+        return parse_target(key, value)
+    except (SloError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
 
 
 def _name(text: str) -> str:
@@ -110,13 +151,50 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--range-ratio", type=bounded(bounds.SHARE), default=1.0, help="draw lengths from [ratio*len, len]"
     )
-    parser.add_argument("--concurrency", type=concurrency_list, required=True, help="levels, e.g. 1,2,4,8")
+    load = parser.add_mutually_exclusive_group(required=True)
+    load.add_argument("--concurrency", type=concurrency_list, help="closed-loop levels, e.g. 1,2,4,8")
+    load.add_argument(
+        "--request-rate",
+        type=_rate_list,
+        help="open-loop levels, requests per second, e.g. 0.5,1,2 (needs --max-concurrency)",
+    )
+    parser.add_argument(
+        "--arrival", choices=ARRIVALS, default="poisson", help="open-loop arrivals (default poisson)"
+    )
+    parser.add_argument(
+        "--burstiness",
+        type=bounded(bounds.BURSTINESS),
+        default=1.0,
+        help="gamma arrivals' shape: below 1 burstier, above 1 more even (default 1)",
+    )
+    parser.add_argument(
+        "--max-concurrency",
+        type=bounded(bounds.CONCURRENCY),
+        help="open loop: the most requests in flight (one due beyond them waits, timed from when due)",
+    )
     parser.add_argument(
         "--prompts-per-level", type=_count, default="10x", help="N, or Nx for N times the level (min 16)"
     )
     parser.add_argument("--warmup", type=_count, default="2x", help="warmup requests: N or Nx (default 2x)")
     parser.add_argument(
-        "--repeats", type=bounded(bounds.REPEATS), default=1, help="measure every level this many times"
+        "--repeats",
+        type=_repeats,
+        default=1,
+        help="measure every level N times; auto (3 to 10 times, until the throughput's 95 %% interval is "
+        "within ±2 %%) or auto:MIN:MAX:PCT",
+    )
+    parser.add_argument(
+        "--slo",
+        type=_slo_entry,
+        action="append",
+        default=[],
+        metavar="KEY=MS",
+        help="an objective each point is judged against, e.g. ttft_p99_ms=2000 (repeatable)",
+    )
+    parser.add_argument(
+        "--search-resolution",
+        type=bounded(bounds.SEARCH_RESOLUTION),
+        help="after the levels, bisect for the highest concurrency meeting --slo to within N",
     )
     parser.add_argument("--seed", type=bounded(bounds.SEED), default=1, help="prompt seed (default 1)")
     parser.add_argument(
@@ -208,11 +286,17 @@ def spec_from_args(args: argparse.Namespace) -> SweepSpec:
     return SweepSpec(
         url=args.url,
         workload=workload,
-        concurrency=args.concurrency,
+        concurrency=args.concurrency or [],
+        request_rate=args.request_rate or [],
+        arrival=args.arrival,
+        burstiness=args.burstiness,
+        max_concurrency=args.max_concurrency,
         api=args.api,
         prompts_per_level=args.prompts_per_level,
         warmup=args.warmup,
         repeats=args.repeats,
+        slo=tuple(args.slo),
+        search_resolution=args.search_resolution,
         flush_cache=args.flush_cache,
         max_error_rate=args.max_error_rate,
         model=args.model,
@@ -230,13 +314,26 @@ def _check_together(args: argparse.Namespace) -> None:
     """The checks no option's type can make alone; UsageError names the option."""
     if args.dataset != "random-ids" and not _is_file(args.dataset):
         raise UsageError(f"--dataset: {args.dataset!r} is not 'random-ids' nor a file")
+    open_loop = args.request_rate is not None
+    if open_loop and args.max_concurrency is None:
+        raise UsageError("--max-concurrency: an open loop needs its bound on requests in flight")
+    if not open_loop and args.max_concurrency is not None:
+        raise UsageError("--max-concurrency: bounds an open loop; a closed loop's bound is its --concurrency")
+    if args.arrival == "poisson" and args.burstiness != 1.0:
+        raise UsageError("--burstiness: shapes gamma arrivals only: add --arrival gamma")
+    if open_loop and args.search_resolution is not None:
+        raise UsageError("--search-resolution: searches over --concurrency levels, not request rates")
     for option, count in (("--prompts-per-level", args.prompts_per_level), ("--warmup", args.warmup)):
         try:
-            parse_count(count, max(args.concurrency))
+            parse_count(count, max(args.request_rate if open_loop else args.concurrency))
         except WorkloadError as exc:
             raise UsageError(f"{option}: {exc}") from None
     if (problem := _url_problem(args.url)) is not None:
         raise UsageError(f"--url: {args.url!r}: {problem}")
+    if args.search_resolution is not None and not args.slo:
+        raise UsageError("--search-resolution: searches for the highest level meeting an SLO: add --slo")
+    if len({target.key for target in args.slo}) != len(args.slo):
+        raise UsageError("--slo: an objective is given twice")
     if args.remeasure_failed and not args.resume:
         raise UsageError(
             "--remeasure-failed: measures again points of a sweep already in --out: add --resume"
@@ -263,6 +360,17 @@ SUMMARY_COLUMNS = (
     ("ITL p50 ms", "median_itl_ms", "{:,.2f}"),
     ("tok/s/user", "per_user_tps", "{:,.1f}"),
 )
+# Shown after C only for an open loop's points, whose C is their bound on requests in flight.
+RATE_COLUMNS = (
+    ("req/s", "request_rate", "{:g}"),
+    ("achieved", "achieved_request_rate", "{:,.2f}"),
+)
+# Shown only when the sweep has an SLO.
+SLO_COLUMNS = (
+    ("SLO", "slo_met", "{}"),
+    ("attained", "slo_attainment", "{:.1%}"),
+    ("goodput tok/s", "goodput_output_throughput", "{:,.1f}"),
+)
 # Shown only when a point has GPU energy: a machine without GPUs gets no empty columns.
 ENERGY_COLUMNS = (
     ("GPU W", "gpu_mean_power_w", "{:,.0f}"),
@@ -281,8 +389,12 @@ def summary_table(points: list[dict[str, Any]]) -> str:
             return str(value)
 
     columns: tuple[tuple[str, str, str], ...] = SUMMARY_COLUMNS
+    if any(is_open_loop(point) for point in points):
+        columns = (columns[0], *RATE_COLUMNS, *columns[1:])
     if any("gpu_energy_j" in point for point in points):
         columns += ENERGY_COLUMNS
+    if any("slo_met" in point for point in points):
+        columns += SLO_COLUMNS
     rows = [[header for header, _, _ in columns]]
     rows += [[cell(point, key, fmt) for _, key, fmt in columns] for point in points]
     widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]

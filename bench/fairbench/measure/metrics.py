@@ -270,7 +270,12 @@ def tokens_in_window(records: Sequence[RequestRecord], window: tuple[int, int]) 
 
 
 def point_metrics(
-    records: Sequence[RequestRecord], duration_s: float, concurrency: int, gpus: int | None = None
+    records: Sequence[RequestRecord],
+    duration_s: float,
+    concurrency: int,
+    gpus: int | None = None,
+    *,
+    closed_loop: bool = True,
 ) -> Metrics:
     """All metrics of one point: sglang.bench_serving's result keys in its order, then fairbench's extras.
 
@@ -293,7 +298,8 @@ def point_metrics(
     - {mean,median,std,p95,p99}_token_itl_ms: per-token ITL (:func:`token_itls_ns`)
     - per_user_tps = 1000 / median_tpot_ms, the decode speed one user sees; 0 when there is no TPOT
     - output_throughput_per_gpu = output_throughput / gpus, only when gpus is given
-    - steady_duration = length of :func:`steady_window` in seconds, 0.0 when there is none;
+    - steady_duration = length of :func:`steady_window` in seconds, 0.0 when there is none or the point
+      is an open loop (``closed_loop`` false: its window assumes a closed loop's replacements);
       steady_output_throughput = :func:`tokens_in_window` / steady_duration, only when steady_duration > 0
     - failed = number of failed requests; error_rate = failed / number of requests (0 for none)
     """
@@ -355,7 +361,7 @@ def point_metrics(
     metrics["per_user_tps"] = 1000 / median_tpot_ms if median_tpot_ms > 0 else 0.0
     if gpus is not None:
         metrics["output_throughput_per_gpu"] = metrics["output_throughput"] / gpus
-    window = steady_window(records, concurrency)
+    window = steady_window(records, concurrency) if closed_loop else None
     if window is None:
         metrics["steady_duration"] = 0.0
     else:

@@ -97,8 +97,28 @@ BISECT = "bisect"
 """``level_source`` of a point the SLO search added between two levels (``Sweep.search_probe``)."""
 
 
-def point_id(concurrency: int, repeat: int) -> str:
-    return f"c{concurrency}-r{repeat}"
+def level_tag(level: float, *, open_loop: bool = False) -> str:
+    """A level as point ids and prompt seeds spell it: ``c16`` (concurrency 16), ``rps2.5`` (2.5 requests
+    per second, open loop)."""
+    return f"rps{level:g}" if open_loop else f"c{level}"
+
+
+def point_id(level: float, repeat: int, *, open_loop: bool = False) -> str:
+    """``c16-r0``: the level (:func:`level_tag`) and the repeat."""
+    return f"{level_tag(level, open_loop=open_loop)}-r{repeat}"
+
+
+def is_open_loop(point: dict[str, Any]) -> bool:
+    """Whether a point line was measured in an open loop: its ``request_rate`` is a number (a closed loop's
+    is the string ``"inf"``)."""
+    rate = point.get("request_rate")
+    return isinstance(rate, int | float) and not isinstance(rate, bool)
+
+
+def load_of(point: dict[str, Any]) -> float:
+    """The level a point line was measured at: its target request rate in an open loop, else its
+    concurrency."""
+    return float(point["request_rate"]) if is_open_loop(point) else int(point["max_concurrency"])
 
 
 def _fsync_dir(path: Path) -> None:

@@ -26,6 +26,7 @@ from time import perf_counter, perf_counter_ns
 from typing import Any
 
 from fairbench import __version__
+from fairbench.measure.arrivals import achieved_rate, arrival_offsets_s, run_open_loop
 from fairbench.measure.client import CONNECTION_FAILED, STALLED, ApiFormat, ServerUnreachable, StreamClient
 from fairbench.measure.closed_loop import PreparedRequest, run_closed_loop
 from fairbench.measure.energy import (
@@ -35,7 +36,7 @@ from fairbench.measure.energy import (
     optional_sampler,
     point_fields,
 )
-from fairbench.measure.metrics import accept_length, point_metrics, slo_metrics
+from fairbench.measure.metrics import NS_PER_MS, accept_length, median, percentile, point_metrics, slo_metrics
 from fairbench.measure.progress import Progress
 from fairbench.measure.records import RequestRecord
 from fairbench.measure.repeats import (
@@ -46,7 +47,7 @@ from fairbench.measure.repeats import (
     repeats_to_json,
     stop_reason,
 )
-from fairbench.measure.results import BISECT, LISTED, ResultsDir, RunIdentity, point_id
+from fairbench.measure.results import BISECT, LISTED, ResultsDir, RunIdentity, level_tag, load_of, point_id
 from fairbench.measure.slo import SloTarget, slo_to_json
 from fairbench.measure.vocabulary import Vocabulary, VocabularyError, explicit, from_model_info
 from fairbench.measure.workload import MIN_PROMPTS_PER_LEVEL, Workload, WorkloadSpec, parse_count
@@ -69,6 +70,7 @@ class SweepSpec:
     url: str
     workload: WorkloadSpec
     concurrency: list[int]
+    """The closed loop's levels; empty for an open loop, whose levels are ``request_rate``."""
     api: str = "completions"
     prompts_per_level: str = "10x"
     warmup: str = "2x"
@@ -76,6 +78,14 @@ class SweepSpec:
     """A fixed count, or automatic repeats (``measure.repeats``)."""
     slo: tuple[SloTarget, ...] = ()
     """The objectives each point is judged against (``metrics.slo_metrics``); none: no SLO figures."""
+    request_rate: list[float] = field(default_factory=list)
+    """The open loop's levels, requests per second (arrivals.py); empty for a closed loop."""
+    arrival: str = "poisson"
+    """The open loop's arrivals: ``poisson`` or ``gamma`` (``arrivals.ARRIVALS``)."""
+    burstiness: float = 1.0
+    """The gamma arrivals' shape; 1 is Poisson."""
+    max_concurrency: int | None = None
+    """The open loop's bound on requests in flight: a request due while this many are waits for one."""
     search_resolution: int | None = None
     """With an SLO: after a repeat's listed levels, bisect between its last level meeting the SLO and the
     first that does not until they are at most this many requests of concurrency apart."""
@@ -116,9 +126,40 @@ class SweepSpec:
             "repeats": repeats_to_json(self.repeats),
             "flush_cache": self.flush_cache,
             "gpus": self.gpus,
-            "slo": slo_to_json(self.slo),
-            "search_resolution": self.search_resolution,
+            # Only where set: a directory swept before these existed resumes with the same settings.
+            **({"slo": slo_to_json(self.slo)} if self.slo else {}),
+            **({"search_resolution": self.search_resolution} if self.search_resolution is not None else {}),
+            **(
+                {
+                    "request_rate": self.request_rate,
+                    "arrival": self.arrival,
+                    "burstiness": self.burstiness,
+                    "max_concurrency": self.max_concurrency,
+                }
+                if self.open_loop
+                else {}
+            ),
         }
+
+    @property
+    def open_loop(self) -> bool:
+        """Whether the levels are request rates (an open loop) rather than concurrencies."""
+        return bool(self.request_rate)
+
+    def levels(self) -> list[float]:
+        """The listed levels, in order: request rates in an open loop, else concurrencies."""
+        return list(self.request_rate) if self.open_loop else list(self.concurrency)
+
+    def in_flight(self, level: float) -> int:
+        """The most requests in flight at ``level``: the concurrency, or the open loop's bound."""
+        if not self.open_loop:
+            return int(level)
+        if self.max_concurrency is None:
+            raise ValueError("an open loop needs max_concurrency, its bound on requests in flight")
+        return self.max_concurrency
+
+    def point_id(self, level: float, repeat: int) -> str:
+        return point_id(level, repeat, open_loop=self.open_loop)
 
 
 class LoopLagMonitor:
@@ -202,10 +243,11 @@ class Sweep:
         """Epoch seconds: when the last point written by this call was on disk."""
 
     def prepare(
-        self, workload: Workload, api: ApiFormat, level: int, repeat: int, count: int, *, phase: str
+        self, workload: Workload, api: ApiFormat, level: float, repeat: int, count: int, *, phase: str
     ) -> list[PreparedRequest]:
-        prompts = workload.prompts(count, concurrency=level, repeat=repeat, phase=phase)
-        prefix = f"fairbench-{self.run_nonce}-{point_id(level, repeat)}-{phase}"
+        tag = level_tag(level, open_loop=self.spec.open_loop)
+        prompts = workload.prompts(count, level=tag, repeat=repeat, phase=phase)
+        prefix = f"fairbench-{self.run_nonce}-{self.spec.point_id(level, repeat)}-{phase}"
         rids = [f"{prefix}-{prompt.index}" for prompt in prompts]
         return [
             PreparedRequest(prompt, rid, api.body(prompt, rid))
@@ -219,7 +261,7 @@ class Sweep:
         identity = self.results.resumed_identity(self.spec.identity)
         return identity if identity.host else replace(identity, host=platform.node() or None)
 
-    def todo(self, *, remeasure_failed: bool = False) -> list[tuple[int, int]]:
+    def todo(self, *, remeasure_failed: bool = False) -> list[tuple[float, int]]:
         """(concurrency, repeat) of each point known to be measured: the listed levels of each repeat that
         the results directory lacks, and with ``remeasure_failed`` those whose every request failed;
         repeat-major, so repeats are spread in time. Search probes and automatic repeats come on top,
@@ -230,8 +272,8 @@ class Sweep:
         return [
             (level, repeat)
             for repeat in self.repeats()
-            for level in self.spec.concurrency
-            if point_id(level, repeat) not in done
+            for level in self.spec.levels()
+            if self.spec.point_id(level, repeat) not in done
         ]
 
     def repeats(self) -> list[int]:
@@ -241,7 +283,7 @@ class Sweep:
         only = self.spec.only_repeats
         return list(every) if only is None else sorted(only)
 
-    def next_point(self, points: list[dict[str, Any]], skip: set[str]) -> tuple[int, int, str] | None:
+    def next_point(self, points: list[dict[str, Any]], skip: set[str]) -> tuple[float, int, str] | None:
         """The next point to measure, as (concurrency, repeat, level source), given the directory's
         ``points`` and the ids to ``skip`` (present, or measured by this call already); None when done.
 
@@ -251,17 +293,17 @@ class Sweep:
         go round the levels instead of piling onto one).
         """
         for repeat in self.repeats():
-            for level in self.spec.concurrency:
-                if point_id(level, repeat) not in skip:
+            for level in self.spec.levels():
+                if self.spec.point_id(level, repeat) not in skip:
                     return level, repeat, LISTED
             probe = self.search_probe([point for point in points if point.get("repeat") == repeat])
-            if probe is not None and point_id(probe, repeat) not in skip:
+            if probe is not None and self.spec.point_id(probe, repeat) not in skip:
                 return probe, repeat, BISECT
         policy = self.spec.repeats
         if not (isinstance(policy, AutoRepeats) and self.spec.extend_repeats):
             return None
         wanting = []
-        for level in self.spec.concurrency:
+        for level in self.spec.levels():
             measured = _listed_points(points, level)
             if len(measured) < policy.maximum and stop_reason(_throughputs(measured), policy) is None:
                 wanting.append((len(measured), level, 1 + max((p["repeat"] for p in measured), default=-1)))
@@ -279,7 +321,7 @@ class Sweep:
         met it (the highest listed is the answer's lower bound), or before every listed level is in.
         """
         resolution = self.spec.search_resolution
-        if resolution is None or not self.spec.slo:
+        if resolution is None or not self.spec.slo or self.spec.open_loop:
             return None
         by_level = {int(point["max_concurrency"]): point for point in points}
         if any(level not in by_level for level in self.spec.concurrency):
@@ -314,7 +356,8 @@ class Sweep:
         async with StreamClient(
             spec.url,
             ApiFormat(spec.api, spec.model or ""),
-            concurrency=max(spec.concurrency),
+            # Every request in flight has its own connection: one queued in the pool would count as sent.
+            concurrency=max(spec.in_flight(level) for level in spec.levels()),
             api_key=spec.api_key,
             connect_timeout=spec.connect_timeout,
             read_timeout=spec.read_timeout,
@@ -354,7 +397,7 @@ class Sweep:
             or point["level_source"] != LISTED
         ):
             return {}
-        level = int(point["max_concurrency"])
+        level = load_of(point)
         earlier = [other for other in _listed_points(points, level) if other["point_id"] != point["point_id"]]
         reason = stop_reason(_throughputs([*earlier, point]), policy)
         return {} if reason is None else {"repeats_stopped": reason}
@@ -368,13 +411,13 @@ class Sweep:
         client.api.model = self.spec.model or await client.served_model()
         return client.api.model
 
-    def _note_resumed(self, todo: list[tuple[int, int]]) -> None:
+    def _note_resumed(self, todo: list[tuple[float, int]]) -> None:
         spec = self.spec
-        skipped = len(spec.concurrency) * len(self.repeats()) - len(todo)
+        skipped = len(spec.levels()) * len(self.repeats()) - len(todo)
         if skipped:
             self.progress.note(f"resuming: {skipped} point(s) already in {self.results.points_path}")
         present = self.results.completed_ids()
-        again = [pid for pid in (point_id(level, repeat) for level, repeat in todo) if pid in present]
+        again = [pid for pid in (spec.point_id(level, repeat) for level, repeat in todo) if pid in present]
         if again:
             self.progress.note(
                 f"measuring again {len(again)} point(s) that completed no request: {', '.join(again)}"
@@ -404,7 +447,7 @@ class Sweep:
         self,
         client: StreamClient,
         workload: Workload,
-        level: int,
+        level: float,
         repeat: int,
         energy: EnergySampler | None = None,
         *,
@@ -412,7 +455,7 @@ class Sweep:
         source: str = "listed",
     ) -> tuple[dict[str, Any], list[RequestRecord]]:
         spec = self.spec
-        pid = point_id(level, repeat)
+        pid = spec.point_id(level, repeat)
         count = parse_count(spec.prompts_per_level, level, minimum=MIN_PROMPTS_PER_LEVEL)
         warmup_count = parse_count(spec.warmup, level)
         requests = self.prepare(workload, client.api, level, repeat, count, phase="measure")
@@ -423,11 +466,12 @@ class Sweep:
         warmup_failed = 0
         if warmup_count:
             self.progress.start(f"{pid} warmup", warmup_count)
-            warm_records, _ = await run_closed_loop(
+            warm_records, _ = await self._loop(
                 client,
-                requests=self.prepare(workload, client.api, level, repeat, warmup_count, phase="warmup"),
-                concurrency=level,
-                on_done=self.progress.request_done,
+                self.prepare(workload, client.api, level, repeat, warmup_count, phase="warmup"),
+                level,
+                seed=f"{pid}-warmup",
+                max_error_rate=None,
             )
             warmup_failed = sum(not record.success for record in warm_records)
         started_at = datetime.now(UTC).isoformat(timespec="seconds")
@@ -441,12 +485,8 @@ class Sweep:
             monitor.start()
             cpu_before = time.process_time()
             start_ns = perf_counter_ns()
-            records, stopped_early = await run_closed_loop(
-                client,
-                requests=requests,
-                concurrency=level,
-                on_done=self.progress.request_done,
-                max_error_rate=spec.max_error_rate,
+            records, stopped_early = await self._loop(
+                client, requests, level, seed=pid, max_error_rate=spec.max_error_rate
             )
             duration_s = (perf_counter_ns() - start_ns) / 1e9
             # Includes the energy sampler thread's CPU (tests/perf/energy_check.py measures it).
@@ -454,7 +494,10 @@ class Sweep:
             gpu_energy = self._stop_energy(energy, pid)
         lag = await monitor.stop()
         records.sort(key=lambda record: record.index)
-        metrics = point_metrics(records, duration_s, level, gpus=spec.gpus)
+        in_flight = spec.in_flight(level)
+        metrics = point_metrics(
+            records, duration_s, in_flight, gpus=spec.gpus, closed_loop=not spec.open_loop
+        )
         objectives = slo_metrics(records, duration_s, spec.slo, gpus=spec.gpus)
         energy_fields = point_fields(gpu_energy, int(metrics["total_output_tokens"]))
         sharegpt = spec.workload.dataset != "random-ids"
@@ -467,14 +510,15 @@ class Sweep:
             "tag": None,  # its --tag, a label of the user's; fairbench takes none: the identity names the run
             "backend": BACKEND_NAMES[spec.api],
             "dataset_name": "sharegpt" if sharegpt else "random-ids",
-            "request_rate": REQUEST_RATE,
-            "max_concurrency": level,
+            "request_rate": level if spec.open_loop else REQUEST_RATE,
+            "max_concurrency": in_flight,
             # Its override of every ShareGPT output length, as fairbench's output_len is; None otherwise.
             "sharegpt_output_len": spec.workload.output_len if sharegpt else None,
             "random_input_len": spec.workload.input_len,
             "random_output_len": spec.workload.output_len,
             "random_range_ratio": spec.workload.range_ratio,
             **metrics,
+            **(open_loop_fields(records, spec) if spec.open_loop else {}),
             **objectives,
             # Not asked of a server that completed nothing: it may be gone or hung (each wait a timeout).
             "accept_length": await self._accept_length(client, pid) if metrics["completed"] else None,
@@ -498,6 +542,44 @@ class Sweep:
         )
         return point, records
 
+    async def _loop(
+        self,
+        client: StreamClient,
+        requests: list[PreparedRequest],
+        level: float,
+        *,
+        seed: str,
+        max_error_rate: float | None,
+    ) -> tuple[list[RequestRecord], bool]:
+        """One phase of a point: a closed loop at concurrency ``level``, or an open loop of arrivals at rate
+        ``level`` drawn from ``seed`` (the point's id and phase, with the workload's seed); returns the
+        records and whether the error rate stopped it early."""
+        spec = self.spec
+        if not spec.open_loop:
+            return await run_closed_loop(
+                client,
+                requests=requests,
+                concurrency=int(level),
+                on_done=self.progress.request_done,
+                max_error_rate=max_error_rate,
+            )
+        offsets = arrival_offsets_s(
+            len(requests),
+            level,
+            arrival=spec.arrival,
+            burstiness=spec.burstiness,
+            seed=int.from_bytes(f"{spec.workload.seed}/{seed}".encode(), "big") % 2**63,
+        )
+        result = await run_open_loop(
+            client,
+            requests=requests,
+            offsets_s=offsets,
+            max_in_flight=spec.in_flight(level),
+            on_done=self.progress.request_done,
+            max_error_rate=max_error_rate,
+        )
+        return result.records, result.stopped_early
+
     async def _accept_length(self, client: StreamClient, pid: str) -> float | None:
         """The server's speculative decoding acceptance once the point's loop ended, as sglang.bench_serving
         reads it after its run (metrics.accept_length); None when /server_info does not answer (a note)."""
@@ -518,14 +600,29 @@ class Sweep:
             return []
 
 
-def _listed_points(points: list[dict[str, Any]], level: int) -> list[dict[str, Any]]:
+def _listed_points(points: list[dict[str, Any]], level: float) -> list[dict[str, Any]]:
     """The points of one listed level, over its repeats (a probe at the same concurrency is none of them)."""
     return [
-        point
-        for point in points
-        if point.get("max_concurrency") == level and point.get("level_source", LISTED) == LISTED
+        point for point in points if load_of(point) == level and point.get("level_source", LISTED) == LISTED
     ]
 
 
 def _throughputs(points: list[dict[str, Any]]) -> list[float]:
     return [float(point[JUDGED_METRIC]) for point in points if point.get(JUDGED_METRIC) is not None]
+
+
+def open_loop_fields(records: list[RequestRecord], spec: SweepSpec) -> dict[str, Any]:
+    """An open-loop point's own fields: its arrivals, the rate its sends achieved (``arrivals.achieved_rate``
+    over each request's send, its scheduled time plus its send delay; null with fewer than two sends), and
+    the send delays' median, p99 and max in ms (how late the client sent: waiting for a slot or for the
+    event loop)."""
+    sends = sorted(record.start_ns + record.send_delay_ns for record in records)
+    delays = sorted(record.send_delay_ns / NS_PER_MS for record in records)
+    return {
+        "arrival": spec.arrival,
+        "burstiness": spec.burstiness,
+        "achieved_request_rate": achieved_rate(sends) if len(sends) >= 2 else None,
+        "median_send_delay_ms": median(delays),
+        "p99_send_delay_ms": percentile(delays, 99),
+        "max_send_delay_ms": delays[-1] if delays else 0.0,
+    }

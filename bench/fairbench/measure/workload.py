@@ -134,11 +134,12 @@ class Workload:
             raise WorkloadError("random-ids prompts need the served model's vocabulary (none was given)")
         self._ids = array("I", vocabulary.usable_ids() if vocabulary and spec.sends_token_ids else ())
 
-    def prompts(self, count: int, *, concurrency: int, repeat: int, phase: str = "measure") -> list[Prompt]:
-        """The ``count`` prompts of one point; ``phase`` separates warmup from measurement."""
+    def prompts(self, count: int, *, level: str, repeat: int, phase: str = "measure") -> list[Prompt]:
+        """The ``count`` prompts of one point at ``level`` (its tag, ``results.level_tag``: ``c16``);
+        ``phase`` separates warmup from measurement."""
         spec = self.spec
         # A string seed is hashed with SHA-512 by random.Random: stable across runs and versions.
-        rng = random.Random(f"fairbench/{spec.seed}/{phase}/c{concurrency}/r{repeat}")
+        rng = random.Random(f"fairbench/{spec.seed}/{phase}/{level}/r{repeat}")
         prompts = []
         for index in range(count):
             input_len = _draw_length(rng, spec.input_len, spec.range_ratio)
@@ -155,8 +156,9 @@ class Workload:
         return prompts
 
 
-def parse_count(value: str | int, concurrency: int, *, minimum: int = 0) -> int:
-    """A request count: an integer, or ``Nx`` meaning N times the concurrency; at least ``minimum``.
+def parse_count(value: str | int, concurrency: float, *, minimum: int = 0) -> int:
+    """A request count: an integer, or ``Nx`` meaning N times the level (rounded half to even); at least
+    ``minimum``. The level is a concurrency, or a request rate: N seconds of its arrivals.
 
     Within the bounds of bounds.py, N times the concurrency included: ``infx`` or ``1e9x`` is a typo."""
     text = str(value).strip()
