@@ -110,7 +110,7 @@ RULES = [
     pytest.param(
         changed(("colour", "blue")),
         "colour: unknown key; expected one of name, engine, model, configs, workload, common, "
-        "start_timeout_s, placement, accept_host_differences",
+        "start_timeout_s, placement, accept_host_differences, slo",
         id="unknown-top-key",
     ),
     pytest.param(
@@ -127,7 +127,8 @@ RULES = [
     pytest.param(
         changed(("workload.input_length", 8)),
         "workload.input_length: unknown key; expected one of api, dataset, input_len, output_len, "
-        "concurrency, prompts_per_level, warmup, repeats, seed, vocab_size (did you mean 'input_len'?)",
+        "concurrency, request_rate, arrival, burstiness, max_concurrency, prompts_per_level, warmup, "
+        "repeats, search_resolution, seed, vocab_size (did you mean 'input_len'?)",
         id="unknown-workload-key",
     ),
     pytest.param(
@@ -758,7 +759,7 @@ def test_to_json_is_plain_data_with_every_config() -> None:
     assert json.loads(json.dumps(data)) == data
     assert list(data) == [
         "name", "source", "engine", "model", "start_timeout_s", "placement", "accept_host_differences",
-        "common", "configs", "workload", "warnings",
+        "common", "configs", "workload", "slo", "warnings",
     ]  # fmt: skip
     assert list(data["configs"]) == ["tp8", "tp8-nccl", "ep4", "ep8-eplb"]
     assert data["common"]["args"]["cuda-graph-bs-decode"] == [1, 2]

@@ -15,8 +15,10 @@ from hypothesis import strategies as st
 
 from fairbench.campaign.load import parse_campaign
 from fairbench.campaign.model import Campaign, CampaignError
+from fairbench.campaign.workload import AUTO_REPEATS_KEYS
 from fairbench.measure import bounds
 from fairbench.measure.bounds import UNIT_LINE_ENDS, Bound, unit_text_problem
+from fairbench.measure.repeats import AUTO
 
 SOURCE = "campaigns/fuzz.yml"
 FAST = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -53,6 +55,8 @@ KNOWN_KEYS = sorted(
     {"name", "engine", "model", "configs", "workload", "common", "start_timeout_s", "extends", "unset"}
     | {"args", "env", "sim", "api", "dataset", "input_len", "output_len", "concurrency"}
     | {"prompts_per_level", "warmup", "repeats", "seed", "tp-size", "ep-size", "enable-eplb", "tp8"}
+    | {"slo", "ttft_p99_ms", "request_rate", "arrival", "burstiness", "max_concurrency", "search_resolution"}
+    | {"min", "max", "half_width_pct"}
 )
 
 scalars = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=12)
@@ -162,9 +166,10 @@ def test_a_key_added_anywhere(data: st.DataObject) -> None:
 
 
 REQUIRED = [("name",), ("engine",), ("model",), ("configs",), ("workload",)] + [
-    ("workload", key)
-    for key in ("api", "dataset", "input_len", "output_len", "concurrency", "prompts_per_level", "warmup")
+    ("workload", key) for key in ("api", "dataset", "input_len", "output_len", "prompts_per_level", "warmup")
 ]
+NO_LOAD = f"{SOURCE}: workload: needs concurrency (a closed loop) or request_rate (an open loop)"
+"""Without concurrency, a workload has no load: request_rate would be the other."""
 
 
 @FAST
@@ -178,6 +183,9 @@ def test_a_key_removed_anywhere(data: st.DataObject) -> None:
     if path in REQUIRED:
         assert isinstance(result, CampaignError)
         assert f"{SOURCE}: {'.'.join(path)}: required key is missing" in result.messages
+    if path == ("workload", "concurrency"):
+        assert isinstance(result, CampaignError)
+        assert NO_LOAD in result.messages
 
 
 # Each typed key with values of every other type: always an error, at that key's path.
@@ -195,7 +203,10 @@ WRONG_TYPES = {
     ("configs", "tp8", "args", "enable-eplb"): st.none() | st.integers() | st.text(max_size=5),
     ("workload", "input_len"): not_ints,
     ("workload", "output_len"): not_ints,
-    ("workload", "repeats"): not_ints,
+    # auto and a mapping of automatic repeats' keys (an empty one too) are repeats.
+    ("workload", "repeats"): not_ints.filter(
+        lambda value: value != AUTO and not (isinstance(value, dict) and set(value) <= set(AUTO_REPEATS_KEYS))
+    ),
     ("workload", "seed"): not_ints,
     ("workload", "concurrency"): not_ints | st.lists(not_ints, min_size=1, max_size=3),
     ("common", "env", "NCCL_PROTO"): st.none() | st.booleans() | st.lists(scalars, max_size=3),

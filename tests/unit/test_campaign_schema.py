@@ -46,6 +46,20 @@ VALID: dict[str, Any] = {
 
 KeyPath = list[str | int]
 
+OPEN_LOOP: dict[str, Any] = {
+    **VALID,
+    "workload": {
+        **{key: value for key, value in VALID["workload"].items() if key != "concurrency"},
+        "request_rate": [1.0],
+        "max_concurrency": 1,
+    },
+}
+"""VALID as an open loop."""
+
+
+def without_workload_key(base: dict[str, Any], key: str) -> dict[str, Any]:
+    return {**base, "workload": {name: value for name, value in base["workload"].items() if name != key}}
+
 
 def loader_error_paths(document: object) -> list[KeyPath]:
     """The key path of every error the loader reports ([] for one about the whole file)."""
@@ -67,12 +81,20 @@ def key_path(message: str) -> KeyPath:
 
 
 def schema_error_paths(document: object) -> list[KeyPath]:
-    return [list(error.absolute_path) for error in VALIDATOR.iter_errors(document)]
+    """The key path of every error of the schema, and where a value fails all the alternatives of an
+    ``anyOf``, of each alternative's own errors too: automatic repeats' ``min`` is refused at its key."""
+    paths = []
+    errors = list(VALIDATOR.iter_errors(document))
+    while errors:
+        error = errors.pop()
+        paths.append(list(error.absolute_path))
+        errors.extend(error.context or [])
+    return paths
 
 
-def edited(path: KeyPath, value: Any) -> dict[str, Any]:
-    """VALID with the value at ``path`` set (a list index replaces that item)."""
-    document = copy.deepcopy(VALID)
+def edited(path: KeyPath, value: Any, base: dict[str, Any] = VALID) -> dict[str, Any]:
+    """``base`` (VALID) with the value at ``path`` set (a list index replaces that item)."""
+    document = copy.deepcopy(base)
     node: Any = document
     for key in path[:-1]:
         node = node.setdefault(key, {}) if isinstance(key, str) else node[key]
@@ -168,6 +190,21 @@ BROKEN: dict[str, Callable[[], dict[str, Any]]] = {
     "a flag spelled with '--'": lambda: edited(["common", "sim", "--sim-profile"], "k2"),
     "a model holding a line end": lambda: edited(["model"], "moonshotai/Kimi-K2.6\nExecStartPre=/bin/true"),
     "a blank model": lambda: edited(["model"], " "),
+    "an objective of no metric": lambda: edited(["slo"], {"ttft_p99": 2000}),
+    "an objective's limit of 0": lambda: edited(["slo"], {"ttft_p99_ms": 0}),
+    "repeats neither a count nor auto": lambda: edited(["workload", "repeats"], "often"),
+    "an unknown key of automatic repeats": lambda: edited(["workload", "repeats"], {"maxi": 3}),
+    "automatic repeats' half-width of 0": lambda: edited(["workload", "repeats"], {"half_width_pct": 0}),
+    "neither concurrency nor request_rate": lambda: without_workload_key(VALID, "concurrency"),
+    "both concurrency and request_rate": lambda: edited(["workload", "concurrency"], [1], OPEN_LOOP),
+    "request_rate without max_concurrency": lambda: without_workload_key(OPEN_LOOP, "max_concurrency"),
+    "max_concurrency with concurrency": lambda: edited(["workload", "max_concurrency"], 4),
+    "arrival with concurrency": lambda: edited(["workload", "arrival"], "gamma"),
+    "a rate of 0": lambda: edited(["workload", "request_rate", 0], 0, OPEN_LOOP),
+    "a rate twice": lambda: edited(["workload", "request_rate"], [2, 2.0], OPEN_LOOP),
+    "an arrival fairbench lacks": lambda: edited(["workload", "arrival"], "uniform", OPEN_LOOP),
+    "a burstiness of 0": lambda: edited(["workload", "burstiness"], 0, OPEN_LOOP),
+    "a search over rates": lambda: edited(["workload", "search_resolution"], 4, OPEN_LOOP),
 }
 
 
@@ -227,37 +264,50 @@ def test_the_schema_and_the_loader_agree_on_every_flag_of_the_table(sample: str)
     assert bool(by_loader) is (sample != "a choice")
 
 
-def integer_ranges(
+def numeric_ranges(
     schema: dict[str, Any], path: KeyPath, root: dict[str, Any]
 ) -> Iterator[tuple[KeyPath, Any]]:
-    """Each integer range of the schema, with the key path of its value, through properties, list items,
-    alternatives and references (not the configs' names, which a path cannot hold)."""
+    """Each range of integers or numbers of the schema, with the key path of its value, through properties,
+    list items, alternatives and references (not the configs' names, which a path cannot hold)."""
     if "$ref" in schema:
-        yield from integer_ranges(root["$defs"][schema["$ref"].rsplit("/", 1)[-1]], path, root)
-    if schema.get("type") == "integer" and "minimum" in schema:
+        yield from numeric_ranges(root["$defs"][schema["$ref"].rsplit("/", 1)[-1]], path, root)
+    if schema.get("type") in ("integer", "number") and "minimum" in schema:
         yield path, schema
     for key, child in schema.get("properties", {}).items():
-        yield from integer_ranges(child, [*path, key], root)
+        yield from numeric_ranges(child, [*path, key], root)
     if "items" in schema:
-        yield from integer_ranges(schema["items"], [*path, 0], root)
+        yield from numeric_ranges(schema["items"], [*path, 0], root)
     for alternative in schema.get("anyOf", []):
-        yield from integer_ranges(alternative, path, root)
+        yield from numeric_ranges(alternative, path, root)
 
 
-RANGES = list(integer_ranges(campaign_schema(), [], campaign_schema()))
+RANGES = list(numeric_ranges(campaign_schema(), [], campaign_schema()))
+RANGE_CONTEXT: dict[str, dict[str, Any]] = {
+    "workload.request_rate.0": OPEN_LOOP,
+    "workload.max_concurrency": OPEN_LOOP,
+    "workload.burstiness": OPEN_LOOP,
+    "workload.search_resolution": {**VALID, "slo": {"ttft_p99_ms": 2000}},
+    "workload.repeats.min": edited(["workload", "repeats"], {"max": 1000}),
+    "workload.repeats.max": edited(["workload", "repeats"], {"min": 2}),
+}
+"""The campaign in which a key's range is all that judges it: an open loop's keys in an open loop, a
+search with an SLO, one end of automatic repeats with the other out of its way."""
 
 
 def test_the_ranges_cover_the_workload_the_timeout_and_the_bounded_flags() -> None:
     paths = {".".join(map(str, path)) for path, _ in RANGES}
     assert {"workload.input_len", "workload.concurrency.0", "workload.warmup", "start_timeout_s"} <= paths
     assert {"common.args.tp-size", "common.args.max-running-requests"} <= paths
+    assert {"workload.repeats", "workload.repeats.min", "workload.repeats.half_width_pct"} <= paths
+    assert set(RANGE_CONTEXT) <= paths
 
 
 @pytest.mark.parametrize(("path", "bounds"), RANGES, ids=[".".join(map(str, path)) for path, _ in RANGES])
 def test_the_schema_and_the_loader_agree_at_each_ranges_ends(path: KeyPath, bounds: dict[str, Any]) -> None:
     low, high = bounds["minimum"], bounds["maximum"]
+    base = RANGE_CONTEXT.get(".".join(map(str, path)), VALID)
     for value, accepted in ((low - 1, False), (low, True), (high, True), (high + 1, False)):
-        document = edited(path, value)
+        document = edited(path, value, base)
         at_path = [p for p in loader_error_paths(document) if p[: len(path)] == path]
         assert (at_path == []) is accepted, (value, at_path)
         schema_at_path = [p for p in schema_error_paths(document) if p[: len(path)] == path]

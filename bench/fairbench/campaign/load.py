@@ -11,10 +11,10 @@ with the file name, then the key path, then the rule::
     campaigns/x.yml: configs.ep4.args.ep-size: 3 does not divide tp-size 8
 
 The checks, in the order a file meets them: its path, size and YAML (``source``), the structure of every
-key (``structure``, ``sglang_flags``, ``workload``, ``fleet``), the configs' expansion (``expand``), then
-the rules across keys (``rules``). A campaign's warnings are kept in ``Campaign.warnings``. A file beyond
-``MAX_CAMPAIGN_BYTES``, ``MAX_CAMPAIGN_NODES`` (aliases expanded) or ``MAX_EXPANDED_VALUES`` is refused as no
-campaign: any input is judged within a second.
+key (``structure``, ``sglang_flags``, ``workload``, ``fleet``, ``objectives``), the configs' expansion
+(``expand``), then the rules across keys (``rules``). A campaign's warnings are kept in
+``Campaign.warnings``. A file beyond ``MAX_CAMPAIGN_BYTES``, ``MAX_CAMPAIGN_NODES`` (aliases expanded) or
+``MAX_EXPANDED_VALUES`` is refused as no campaign: any input is judged within a second.
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ from fairbench.campaign.model import (
     Campaign,
     Settings,
 )
+from fairbench.campaign.objectives import check_slo
 from fairbench.campaign.rules import (
+    check_search,
     report_problems,
     warn_concurrency_above_capacity,
     warn_levels_without_their_concurrency,
@@ -44,6 +46,7 @@ from fairbench.campaign.source import check_source, read_text, yaml_document
 from fairbench.campaign.structure import Layer, common_settings, config_layers
 from fairbench.campaign.workload import STAND_IN_WORKLOAD, check_workload
 from fairbench.measure.bounds import START_TIMEOUT_S
+from fairbench.measure.slo import SloTarget
 
 
 def load_campaign(path: str | Path) -> Campaign:
@@ -79,12 +82,15 @@ def _campaign(findings: Findings, document: object, base_dir: Path) -> Campaign:
     placement = top.get("placement", choice(PLACEMENTS), DEFAULT_PLACEMENT)
     no_facts: tuple[str, ...] = ()
     accept_host_differences = top.get("accept_host_differences", host_fact_names, no_facts)
+    no_objectives: tuple[SloTarget, ...] = ()
+    slo = top.get("slo", check_slo, no_objectives)
     configs = expand(findings, name, engine, model, common=common, layers=layers)
     report_problems(findings, configs, layers, placement)
     if engine == "sglang":
         warn_unused_sim_flags(findings, common, layers)
     warn_concurrency_above_capacity(findings, workload, configs)
     warn_levels_without_their_concurrency(findings, workload)
+    check_search(findings, workload, slo)
     return Campaign(
         source=findings.source,
         name=name,
@@ -94,6 +100,7 @@ def _campaign(findings: Findings, document: object, base_dir: Path) -> Campaign:
         common=common,
         configs=configs,
         workload=workload,
+        slo=slo,
         warnings=tuple(findings.warnings),
         placement=placement,
         accept_host_differences=accept_host_differences,

@@ -11,6 +11,8 @@ A campaign file is one YAML mapping. It says what to compare (``configs``) and h
   name of the config it inherits from), ``args``, ``env``, ``sim``, ``unset``, and the fleet keys ``nodes``
   and ``hosts``; required.
 - ``workload``: how every config is driven (below); required.
+- ``slo``: service-level objectives, ``<metric>_p<q>_ms: limit`` (``fairbench.measure.slo``); each point is
+  judged against them and its goodput counted. Optional; empty or absent, there are none.
 - ``start_timeout_s``: how long a server may take to become healthy (optional; absent, the serving role's
   default applies).
 - ``placement``: ``spread`` or ``every-host`` (``PLACEMENTS``), how the configs' servers are placed on the
@@ -39,12 +41,23 @@ The workload's keys:
 - ``dataset``: ``random-ids``, or the path of a local ShareGPT-style ``.json`` file, relative to the
   campaign file's directory.
 - ``input_len``, ``output_len``: each request's exact prompt and output lengths in tokens.
-- ``concurrency``: the levels, a non-empty list of distinct positive integers.
-- ``prompts_per_level``: requests measured per level, ``N`` or ``Nx`` (N times the level); at least
-  ``MIN_PROMPTS_PER_LEVEL`` are sent.
+- The load, exactly one of:
+
+  - ``concurrency``: a closed loop's levels, a non-empty list of distinct positive integers: C requests in
+    flight, each replaced the moment it ends;
+  - ``request_rate``: an open loop's levels, a non-empty list of distinct positive numbers of requests per
+    second, sent at their times whatever the server's pace, with ``arrival`` (``poisson``, the default, or
+    ``gamma``), ``burstiness`` (gamma's shape, default 1.0: below 1 burstier than poisson) and
+    ``max_concurrency`` (the bound on requests in flight; required).
+
+- ``prompts_per_level``: requests measured per level, ``N`` or ``Nx`` (N times the level: the concurrency,
+  or the rate, N seconds of arrivals, rounded up); at least ``MIN_PROMPTS_PER_LEVEL`` are sent.
 - ``warmup``: warmup requests per level, ``N`` or ``Nx``; 0 is none.
-- ``repeats``, ``seed``: how often every level is measured, and the seed prompts are drawn from; both
-  default to 1.
+- ``repeats``: how often every level is measured: a count (default 1), or automatic repeats
+  (``fairbench.measure.repeats``): ``auto``, or a mapping of any of ``min``, ``max``, ``half_width_pct``.
+- ``search_resolution`` (optional, closed loop with ``slo`` only): after the listed levels, bisect between
+  the last level that met the objectives and the first that did not, until they are this close.
+- ``seed``: the seed prompts are drawn from; default 1.
 - ``vocab_size`` (optional): random token ids from ``[0, vocab_size)``; absent, the sweep learns the range
   from the served model's files.
 
@@ -62,7 +75,9 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from fairbench.measure.bounds import GPUS, Bound
-from fairbench.measure.workload import MIN_PROMPTS_PER_LEVEL
+from fairbench.measure.repeats import Repeats, repeats_to_json
+from fairbench.measure.slo import SloTarget, slo_to_json
+from fairbench.measure.workload import MIN_PROMPTS_PER_LEVEL, times_level
 
 ENGINES = ("sglang", "sim")
 DATASET_SUFFIX = ".json"
@@ -85,18 +100,37 @@ SCHEDULING_KEYS = ("nodes", "hosts")
 """A config's keys that place its server on hosts rather than configure it; ``common`` takes neither."""
 
 TOP_REQUIRED = ("name", "engine", "model", "configs", "workload")
-TOP_KEYS = (*TOP_REQUIRED, "common", "start_timeout_s", "placement", "accept_host_differences")
+TOP_KEYS = (*TOP_REQUIRED, "common", "start_timeout_s", "placement", "accept_host_differences", "slo")
 CONFIG_KEYS = ("extends", *SECTIONS, "unset", *SCHEDULING_KEYS)
-WORKLOAD_REQUIRED = (
+WORKLOAD_REQUIRED = ("api", "dataset", "input_len", "output_len", "prompts_per_level", "warmup")
+"""Required always; the load is also required: ``concurrency`` or ``request_rate`` (``LOADS``)."""
+OPEN_LOOP_KEYS = ("request_rate", "arrival", "burstiness", "max_concurrency")
+"""An open loop's keys: ``request_rate`` is its levels, the others how requests arrive and how many may be
+in flight. None of them has a meaning beside ``concurrency``."""
+LOADS = ("concurrency", "request_rate")
+"""The keys of a workload's levels, one of which it sets: a closed loop's, or an open loop's."""
+WORKLOAD_KEYS = (
     "api",
     "dataset",
     "input_len",
     "output_len",
     "concurrency",
+    *OPEN_LOOP_KEYS,
     "prompts_per_level",
     "warmup",
+    "repeats",
+    "search_resolution",
+    "seed",
+    "vocab_size",
 )
-WORKLOAD_KEYS = (*WORKLOAD_REQUIRED, "repeats", "seed", "vocab_size")
+POISSON = "poisson"
+"""Exponential gaps between arrivals: the gamma process of shape 1, whatever ``burstiness`` says."""
+GAMMA = "gamma"
+"""Gamma-distributed gaps of shape ``burstiness`` and mean 1 / rate: below 1 burstier than poisson, above
+1 more even."""
+ARRIVALS = (POISSON, GAMMA)
+DEFAULT_ARRIVAL = POISSON
+DEFAULT_BURSTINESS = 1.0
 
 Scalar = str | int | float
 ArgValue = bool | Scalar | tuple[Scalar, ...]
@@ -150,13 +184,19 @@ class UnsetKeys:
 
 @dataclass(frozen=True)
 class LevelCount:
-    """Requests per concurrency level: ``count``, or ``count`` times the level (``"10x"``)."""
+    """Requests per level: ``count``, or ``count`` times the level (``"10x"``), the concurrency or the
+    request rate."""
 
     count: int
     times_concurrency: bool
+    """Whether ``count`` is a factor of the level (the name is older than open loops: the level may be a
+    rate)."""
 
-    def at(self, concurrency: int) -> int:
-        return self.count * concurrency if self.times_concurrency else self.count
+    def at(self, level: float) -> int:
+        """``count``, or ceil(count x level): at a request rate, N seconds of arrivals. The rate counts as
+        the decimal it is written as (``0.7``, not the float just below it), so ``10x`` of 0.7 req/s is 7
+        requests, not 8."""
+        return times_level(self.count, level) if self.times_concurrency else self.count
 
     def to_json(self) -> int | str:
         """The campaign file's spelling, which ``fairbench sweep`` also takes."""
@@ -165,7 +205,8 @@ class LevelCount:
 
 @dataclass(frozen=True)
 class Workload:
-    """How every config is driven: the same requests at the same concurrency levels."""
+    """How every config is driven: the same requests at the same levels, of concurrency (a closed loop) or
+    of request rate (an open loop)."""
 
     api: str
     dataset: str
@@ -173,32 +214,68 @@ class Workload:
     input_len: int
     output_len: int
     concurrency: tuple[int, ...]
+    """A closed loop's levels; empty for an open loop."""
     prompts_per_level: LevelCount
     warmup: LevelCount
-    repeats: int
+    repeats: Repeats
+    """A fixed count, or ``AutoRepeats``."""
     seed: int
     vocab_size: int | None = None
     """Random token ids from ``[0, vocab_size)``; None: learned from the served model's files."""
+    request_rate: tuple[float, ...] = ()
+    """An open loop's levels, requests per second; empty for a closed loop."""
+    arrival: str = DEFAULT_ARRIVAL
+    """One of ``ARRIVALS``: how an open loop's requests are spaced."""
+    burstiness: float = DEFAULT_BURSTINESS
+    """The shape of gamma arrivals; no effect with poisson."""
+    max_concurrency: int | None = None
+    """An open loop's bound on requests in flight; None for a closed loop, whose levels are the bound."""
+    search_resolution: int | None = None
+    """After the listed concurrency levels, bisect for the highest meeting the SLO until the last that met
+    it and the first that did not are at most this far apart; None: no search."""
 
-    def prompts_at(self, concurrency: int) -> int:
-        return max(self.prompts_per_level.at(concurrency), MIN_PROMPTS_PER_LEVEL)
+    @property
+    def open_loop(self) -> bool:
+        return bool(self.request_rate)
 
-    def warmup_at(self, concurrency: int) -> int:
-        return self.warmup.at(concurrency)
+    @property
+    def levels(self) -> tuple[float, ...]:
+        """The levels in the order they are measured: the request rates, or the concurrency levels."""
+        return self.request_rate or self.concurrency
+
+    def prompts_at(self, level: float) -> int:
+        """Requests measured at a level (a concurrency, or a request rate), at least
+        ``MIN_PROMPTS_PER_LEVEL``."""
+        return max(self.prompts_per_level.at(level), MIN_PROMPTS_PER_LEVEL)
+
+    def warmup_at(self, level: float) -> int:
+        """Warmup requests at a level (a concurrency, or a request rate)."""
+        return self.warmup.at(level)
 
     def to_json(self) -> dict[str, Any]:
+        """The campaign file's spelling. Each optional key is absent rather than null when unset, and a
+        closed loop's workload holds no open-loop key: campaign.json is as it was before open loops."""
+        if self.open_loop:
+            load: dict[str, Any] = {
+                "request_rate": list(self.request_rate),
+                "arrival": self.arrival,
+                "burstiness": self.burstiness,
+                "max_concurrency": self.max_concurrency,
+            }
+        else:
+            load = {"concurrency": list(self.concurrency)}
         return {
             "api": self.api,
             "dataset": self.dataset,
             "input_len": self.input_len,
             "output_len": self.output_len,
-            "concurrency": list(self.concurrency),
+            **load,
             "prompts_per_level": self.prompts_per_level.to_json(),
             "warmup": self.warmup.to_json(),
-            "repeats": self.repeats,
+            "repeats": repeats_to_json(self.repeats),
             "seed": self.seed,
-            # Absent rather than null: the campaign file's spelling, where the key is optional.
             **({} if self.vocab_size is None else {"vocab_size": self.vocab_size}),
+            **({} if self.search_resolution is None else {"search_resolution": self.search_resolution}),
         }
 
     @classmethod
@@ -280,6 +357,8 @@ class Campaign:
     configs: dict[str, ServingConfig]
     """In the file's order."""
     workload: Workload
+    slo: tuple[SloTarget, ...]
+    """The service-level objectives, in the file's order; empty: none."""
     warnings: tuple[str, ...]
     placement: str
     """One of ``PLACEMENTS``."""
@@ -300,6 +379,7 @@ class Campaign:
             "common": self.common.to_json(),
             "configs": {name: config.to_json() for name, config in self.configs.items()},
             "workload": self.workload.to_json(),
+            "slo": slo_to_json(self.slo),
             "warnings": list(self.warnings),
         }
 

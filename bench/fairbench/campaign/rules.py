@@ -2,17 +2,19 @@
 
 Errors: ``ep-size`` must divide ``tp-size``, ``enable-eplb`` needs ``ep-size`` > 1, a flag may not be
 given both in ``sim`` and in ``args``, a config's ``nodes`` must divide its GPUs (each host runs the same
-share), and a server over several hosts holds no data-parallel replicas and needs ``placement: spread``.
+share), a server over several hosts holds no data-parallel replicas and needs ``placement: spread``, and
+``workload.search_resolution`` needs an SLO to search for.
 Warnings: CUDA graph settings that differ from ``common`` (they make a comparison unfair unless that is
-its point), ``sim`` flags of a campaign whose engine is sglang, levels above a config's
-``max-running-requests`` (the excess requests queue in the server), and levels that get fewer prompts than
-their concurrency. A config is blamed only for a problem its parent lacks, so a mistake in one config is
-not reported again for every config that extends it.
+its point), ``sim`` flags of a campaign whose engine is sglang, requests in flight above a config's
+``max-running-requests`` (the excess requests queue in the server: a closed loop's levels, an open loop's
+``max_concurrency``), and a closed loop's levels that get fewer prompts than their concurrency. A config is
+blamed only for a problem its parent lacks, so a mistake in one config is not reported again for every
+config that extends it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from fairbench.campaign.findings import Findings
@@ -27,6 +29,7 @@ from fairbench.campaign.model import (
 )
 from fairbench.campaign.structure import Layer
 from fairbench.measure.bounds import GPUS, RUNNING_REQUESTS
+from fairbench.measure.slo import SloTarget
 
 _SGLANG_DEFAULTS = {"tp-size": 1, "ep-size": 1}
 
@@ -136,22 +139,33 @@ def warn_unused_sim_flags(findings: Findings, common: Settings, layers: Mapping[
 def warn_concurrency_above_capacity(
     findings: Findings, workload: Workload, configs: Mapping[str, ServingConfig]
 ) -> None:
-    """Levels above max-running-requests queue in the server: the client's concurrency is not the server's."""
+    """Requests in flight above max-running-requests queue in the server: the client's concurrency is not
+    the server's. A closed loop's levels are its requests in flight; an open loop's are at most its
+    ``max_concurrency``."""
+    in_flight: tuple[int, ...]
+    if workload.open_loop:
+        key = "workload.max_concurrency"
+        in_flight = () if workload.max_concurrency is None else (workload.max_concurrency,)
+    else:
+        key, in_flight = "workload.concurrency", workload.concurrency
     configs_by_limit: dict[int, list[str]] = {}
-    largest_level = max(workload.concurrency, default=0)
+    largest = max(in_flight, default=0)
     for config in configs.values():
         limit = config.args.get("max-running-requests")
-        if within(limit, RUNNING_REQUESTS) and largest_level > limit:
+        if within(limit, RUNNING_REQUESTS) and largest > limit:
             configs_by_limit.setdefault(limit, []).append(config.name)
     for limit, names in configs_by_limit.items():
-        above = ", ".join(str(level) for level in workload.concurrency if level > limit)
+        above = ", ".join(str(level) for level in in_flight if level > limit)
         findings.warn(
-            "workload.concurrency",
+            key,
             f"{above} above max-running-requests {limit} of {', '.join(names)}: the excess requests queue",
         )
 
 
 def warn_levels_without_their_concurrency(findings: Findings, workload: Workload) -> None:
+    """A closed loop's level with fewer prompts than its concurrency never has that many in flight. An open
+    loop has no such level: how many are in flight follows from the rate and the server's pace, up to
+    ``max_concurrency``."""
     short = [level for level in workload.concurrency if workload.prompts_at(level) < level]
     if short:
         findings.warn(
@@ -159,3 +173,10 @@ def warn_levels_without_their_concurrency(findings: Findings, workload: Workload
             f"fewer prompts than the concurrency at level {', '.join(map(str, short))}: "
             "such a level never has that many requests in flight",
         )
+
+
+def check_search(findings: Findings, workload: Workload, slo: Sequence[SloTarget]) -> None:
+    """A search bisects for the highest concurrency whose point meets the SLO: without one, none does. (An
+    open loop's search is refused by the workload's own checks: it has no concurrency levels.)"""
+    if workload.search_resolution is not None and not workload.open_loop and not slo:
+        findings.error("workload.search_resolution", "bisects for the highest load meeting the SLO: set slo")

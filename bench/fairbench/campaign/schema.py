@@ -9,9 +9,11 @@ the file's first line names it, relative to the file::
     # yaml-language-server: $schema=campaign.schema.json
 
 The loader (``fairbench validate``) stays the judge, naming the file, the key path and the rule. The
-schema leaves to it the rules across keys (``nodes`` against the GPUs and the placement among them), the
-``extends`` chains and the ``unset`` keys, whether an inventory group exists, whether a
-dataset file exists, how many requests an ``Nx`` makes, unit names' length and values that read as flags.
+schema leaves to it the rules across keys (``nodes`` against the GPUs and the placement among them,
+``search_resolution`` without ``slo``), the ``extends`` chains and the ``unset`` keys, whether an inventory
+group exists, whether a dataset file exists, how many requests an ``Nx`` makes, automatic repeats' ``max``
+against their ``min``, unit names' length and values that read as flags. Which load a workload has
+(``concurrency`` or ``request_rate``) and the keys each allows, it does check.
 It asks for each value in its plain YAML type, where the loader also takes what SGLang's converters read
 (``tp-size: 8``, not ``"8"``; ``true``, not YAML 1.1's ``yes``), and it takes any string for a flag whose
 converter parses one (``human_readable_int``, JSON).
@@ -34,11 +36,16 @@ from typing import Any
 from fairbench.campaign.checks import UNIT_NAME_PART
 from fairbench.campaign.fleet import GROUP_NAME
 from fairbench.campaign.model import (
+    ARRIVALS,
     CONFIG_KEYS,
     DATASET_SUFFIX,
+    DEFAULT_ARRIVAL,
+    DEFAULT_BURSTINESS,
     DEFAULT_NODES,
     DEFAULT_PLACEMENT,
     ENGINES,
+    LOADS,
+    OPEN_LOOP_KEYS,
     PLACEMENTS,
     SECTIONS,
     TOP_KEYS,
@@ -48,9 +55,23 @@ from fairbench.campaign.model import (
 )
 from fairbench.campaign.sglang_flags import BOUNDED_ARGS, DEPRECATED_ARGS, REJECTED_ARGS, sglang_flags
 from fairbench.campaign.structure import ENV_NAME, FLAG_NAME
-from fairbench.campaign.workload import BOUNDS, LEAST_REQUESTS, TIMES_CONCURRENCY
+from fairbench.campaign.workload import AUTO_REPEATS_KEYS, BOUNDS, LEAST_REQUESTS, TIMES_CONCURRENCY
 from fairbench.hosts.fleet_facts import FACTS
-from fairbench.measure.bounds import CONCURRENCY, NODES, REQUESTS, START_TIMEOUT_S, UNIT_LINE_ENDS, Bound
+from fairbench.measure.bounds import (
+    AUTO_REPEATS,
+    BURSTINESS,
+    CONCURRENCY,
+    HALF_WIDTH_PCT,
+    NODES,
+    REPEATS,
+    REQUEST_RATE,
+    REQUESTS,
+    START_TIMEOUT_S,
+    UNIT_LINE_ENDS,
+    Bound,
+)
+from fairbench.measure.repeats import AUTO, AutoRepeats
+from fairbench.measure.slo import SLO_KEY, SLO_KEY_RULE, SLO_LIMIT_RULE
 from fairbench.measure.workload import APIS, RANDOM_IDS
 from fairbench.sim.args import VALUED_ACTIONS, sglang_version
 
@@ -118,8 +139,9 @@ def _properties(keys: Sequence[str], schemas: Mapping[str, Schema]) -> dict[str,
 
 
 def _anchored(pattern: re.Pattern[str]) -> str:
-    """A pattern the checks apply with ``fullmatch``, as JSON Schema's search for it."""
-    return f"^(?:{pattern.pattern})$"
+    """A pattern the checks apply with ``fullmatch``, as JSON Schema's search for it; a named group becomes
+    a plain one, as ECMA-262 spells names otherwise than Python."""
+    return f"^(?:{re.sub(r'[(][?]P<[A-Za-z_][A-Za-z0-9_]*>', '(', pattern.pattern)})$"
 
 
 def _bounded(bound: Bound) -> Schema:
@@ -182,6 +204,14 @@ def _top_level() -> dict[str, Schema]:
             "items": {"enum": list(FACTS)},
             "default": [],
         },
+        "slo": {
+            "description": "Service-level objectives each point is judged against, <metric>_p<q>_ms: "
+            "limit in ms (ttft_p99_ms: 2000); empty or absent, none.",
+            "type": "object",
+            "propertyNames": {"pattern": _anchored(SLO_KEY), "description": SLO_KEY_RULE},
+            "additionalProperties": {"description": SLO_LIMIT_RULE, "type": "number", "exclusiveMinimum": 0},
+            "default": {},
+        },
     }
 
 
@@ -235,21 +265,84 @@ def _workload() -> Schema:
             ],
         },
         "concurrency": {
-            "description": "The concurrency levels, each measured in turn.",
+            "description": "A closed loop's levels, requests in flight, each measured in turn.",
             "type": "array",
             "minItems": 1,
             "uniqueItems": True,
             "items": _bounded(CONCURRENCY),
         },
+        "request_rate": {
+            "description": "An open loop's levels, requests per second, each measured in turn.",
+            "type": "array",
+            "minItems": 1,
+            "uniqueItems": True,
+            "items": _bounded(REQUEST_RATE),
+        },
+        "arrival": {
+            "description": "How an open loop's requests are spaced: poisson (exponential gaps) or gamma "
+            "(gaps of shape burstiness).",
+            "enum": list(ARRIVALS),
+            "default": DEFAULT_ARRIVAL,
+        },
+        "burstiness": {
+            **_bounded(BURSTINESS),
+            "description": "The shape of gamma arrivals' gaps: below 1 burstier than poisson, above 1 more "
+            "even; no effect with poisson.",
+            "default": DEFAULT_BURSTINESS,
+        },
         **{key: level_count(key) for key in LEAST_REQUESTS},
+        "repeats": _repeats(),
         **{key: _bounded(bound) for key, bound in BOUNDS.items()},
+        "max_concurrency": {
+            **_bounded(BOUNDS["max_concurrency"]),
+            "description": "An open loop's bound on requests in flight; required with request_rate.",
+        },
+        "search_resolution": {
+            **_bounded(BOUNDS["search_resolution"]),
+            "description": "After the concurrency levels, bisect for the highest meeting the SLO until the "
+            "last that met it and the first that did not are this close; needs slo.",
+        },
     }
     return {
-        "description": "How every config is driven: the same requests at the same concurrency levels.",
+        "description": "How every config is driven: the same requests at the same levels, of concurrency "
+        "or of request rate.",
         "type": "object",
         "properties": _properties(WORKLOAD_KEYS, schemas),
         "required": list(WORKLOAD_REQUIRED),
+        "oneOf": [{"required": [load]} for load in LOADS],
+        "dependentRequired": {"request_rate": ["max_concurrency"]},
+        "dependentSchemas": {
+            # Both loads at once are oneOf's to refuse; the other open-loop keys are refused by name.
+            "concurrency": {"properties": {key: False for key in OPEN_LOOP_KEYS if key not in LOADS}},
+            "request_rate": {"properties": {"search_resolution": False}},
+        },
         "additionalProperties": False,
+    }
+
+
+def _repeats() -> Schema:
+    default = AutoRepeats()
+    return {
+        "description": f"How often every level is measured: a count, or automatic repeats ({AUTO}, or any "
+        "of min, max and half_width_pct): until the 95 % interval of the throughput is within "
+        "half_width_pct % of its mean, from min to max times.",
+        "anyOf": [
+            _bounded(REPEATS),
+            {"const": AUTO},
+            {
+                "type": "object",
+                "properties": _properties(
+                    AUTO_REPEATS_KEYS,
+                    {
+                        "min": {**_bounded(AUTO_REPEATS), "default": default.minimum},
+                        "max": {**_bounded(AUTO_REPEATS), "default": default.maximum},
+                        "half_width_pct": {**_bounded(HALF_WIDTH_PCT), "default": default.half_width_pct},
+                    },
+                ),
+                "additionalProperties": False,
+            },
+        ],
+        "default": 1,
     }
 
 

@@ -1,21 +1,34 @@
-"""The workload's checks: how every config is driven, the same requests at the same concurrency levels.
+"""The workload's checks: how every config is driven, the same requests at the same levels.
 
-Its integers are held to their ranges in ``fairbench.measure.bounds`` (``BOUNDS``, and ``CONCURRENCY``
-for each level); a request count is ``N`` (at least ``LEAST_REQUESTS``) or ``Nx``, N times the level, and
-either way stays within ``REQUESTS`` at the largest level. ``repeats`` and ``seed`` default to 1
-(``STAND_IN_WORKLOAD``).
+The load is exactly one of ``concurrency`` (a closed loop's levels) and ``request_rate`` (an open loop's,
+with ``arrival``, ``burstiness`` and ``max_concurrency``, which a closed loop refuses). Its numbers are held
+to their ranges in ``fairbench.measure.bounds``: ``BOUNDS``, ``CONCURRENCY`` for each level,
+``REQUEST_RATE`` for each rate, ``BURSTINESS``, and ``AUTO_REPEATS`` and ``HALF_WIDTH_PCT`` for automatic
+repeats. A request count is ``N`` (at least ``LEAST_REQUESTS``) or ``Nx``, N times the level rounded up,
+and either way stays within ``REQUESTS`` at the largest level. ``repeats`` is a count, ``auto``, or a
+mapping of any of ``AUTO_REPEATS_KEYS`` (the others ``AutoRepeats``' defaults). ``search_resolution``
+bisects over concurrency levels only; that it needs an SLO is a rule across keys (``rules.check_search``).
+``repeats`` and ``seed`` default to 1 (``STAND_IN_WORKLOAD``).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
+from typing import TypeGuard
 
-from fairbench.campaign.checks import bound_problem, bounded, choice, mapping
-from fairbench.campaign.findings import Findings, describe
+from fairbench.campaign.checks import Fields, bound_problem, bounded, choice, mapping
+from fairbench.campaign.findings import Findings, describe, join_path
 from fairbench.campaign.model import (
+    ARRIVALS,
     DATASET_SUFFIX,
+    DEFAULT_ARRIVAL,
+    DEFAULT_BURSTINESS,
+    LOADS,
+    OPEN_LOOP_KEYS,
+    POISSON,
     WORKLOAD_KEYS,
     WORKLOAD_REQUIRED,
     LevelCount,
@@ -24,15 +37,21 @@ from fairbench.campaign.model import (
     within,
 )
 from fairbench.measure.bounds import (
+    AUTO_REPEATS,
+    BURSTINESS,
     CONCURRENCY,
     COUNT_FACTOR,
+    HALF_WIDTH_PCT,
     REPEATS,
+    REQUEST_RATE,
     REQUESTS,
+    SEARCH_RESOLUTION,
     SEED,
     TOKENS,
     VOCABULARY,
     Bound,
 )
+from fairbench.measure.repeats import AUTO, AutoRepeats, Repeats
 from fairbench.measure.workload import APIS, RANDOM_IDS
 
 TIMES_CONCURRENCY = re.compile(r"([1-9][0-9]{0,99})x")
@@ -40,13 +59,16 @@ TIMES_CONCURRENCY = re.compile(r"([1-9][0-9]{0,99})x")
 BOUNDS: dict[str, Bound] = {
     "input_len": TOKENS,
     "output_len": TOKENS,
-    "repeats": REPEATS,
     "seed": SEED,
     "vocab_size": VOCABULARY,
+    "max_concurrency": CONCURRENCY,
+    "search_resolution": SEARCH_RESOLUTION,
 }
 """The workload's plain integers and their ranges."""
 LEAST_REQUESTS = {"prompts_per_level": 1, "warmup": 0}
 """The smallest ``N`` of each request count."""
+AUTO_REPEATS_KEYS = ("min", "max", "half_width_pct")
+"""The keys of automatic repeats' mapping (``AutoRepeats.to_json``)."""
 
 
 def _dataset(base_dir: Path) -> Callable[[Findings, str, object], str]:
@@ -84,8 +106,97 @@ def _concurrency(findings: Findings, path: str, value: object) -> tuple[int, ...
     return tuple(levels)
 
 
-def _level_count(minimum: int, largest_level: int) -> Callable[[Findings, str, object], LevelCount]:
-    """Requests per level, at least ``minimum``, as many as ``REQUESTS`` allows at the largest level."""
+def _is_number(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _request_rates(findings: Findings, path: str, value: object) -> tuple[float, ...]:
+    if not isinstance(value, list) or not value:
+        findings.error(
+            path, f"must be a non-empty list of positive numbers (requests per second), got {describe(value)}"
+        )
+        return ()
+    rates: dict[float, None] = {}  # ordered; 4 and 4.0 are one rate
+    for index, item in enumerate(value):
+        if not _is_number(item) or REQUEST_RATE.problem(item) is not None:
+            findings.error(f"{path}[{index}]", bound_problem(REQUEST_RATE, item))
+        elif float(item) in rates:
+            findings.error(f"{path}[{index}]", f"{item} is listed twice")
+        else:
+            rates[float(item)] = None
+    return tuple(rates)
+
+
+def _number_in(bound: Bound, stand_in: float) -> Callable[[Findings, str, object], float]:
+    """The check of a number (an integer too) inside ``bound``, as a float."""
+
+    def check(findings: Findings, path: str, value: object) -> float:
+        if _is_number(value) and bound.problem(value) is None:
+            return float(value)
+        findings.error(path, bound_problem(bound, value))
+        return stand_in
+
+    return check
+
+
+def _auto_repeats_count(findings: Findings, path: str, value: object) -> int | None:
+    """``min`` or ``max`` of automatic repeats; None where it breaks its range (reported)."""
+    if within(value, AUTO_REPEATS):
+        return value
+    findings.error(path, bound_problem(AUTO_REPEATS, value))
+    return None
+
+
+def _auto_repeats(findings: Findings, path: str, value: object) -> AutoRepeats:
+    """A mapping of any of ``AUTO_REPEATS_KEYS``, the others ``AutoRepeats``' defaults. ``max`` below
+    ``min`` is blamed on the key the file gives: ``max`` where it does, else ``min``."""
+    fields = mapping(findings, path, value, AUTO_REPEATS_KEYS)
+    default = AutoRepeats()
+    given_minimum = fields.get("min", _auto_repeats_count, None)
+    given_maximum = fields.get("max", _auto_repeats_count, None)
+    half_width_pct = fields.get(
+        "half_width_pct", _number_in(HALF_WIDTH_PCT, default.half_width_pct), default.half_width_pct
+    )
+    if ("min" in fields and given_minimum is None) or ("max" in fields and given_maximum is None):
+        return default  # a count out of its range, reported: no comparison with it
+    minimum = default.minimum if given_minimum is None else given_minimum
+    maximum = default.maximum if given_maximum is None else given_maximum
+    if maximum < minimum:
+        if "max" in fields:
+            findings.error(join_path(path, "max"), f"{maximum} is below min {minimum}")
+        else:
+            findings.error(
+                join_path(path, "min"), f"{minimum} is above max {maximum}, the default: set max too"
+            )
+    return AutoRepeats(minimum, maximum, half_width_pct)
+
+
+def _repeats(findings: Findings, path: str, value: object) -> Repeats:
+    """A fixed count, ``auto`` (``AutoRepeats``' defaults), or the mapping of automatic repeats."""
+    if _is_number(value):
+        return bounded(REPEATS)(findings, path, value)
+    if value == AUTO:
+        return AutoRepeats()
+    if isinstance(value, dict):
+        return _auto_repeats(findings, path, value)
+    findings.error(
+        path,
+        f"must be {REPEATS.describe()}, {AUTO}, or a mapping of any of {', '.join(AUTO_REPEATS_KEYS)}, "
+        f"got {describe(value)}",
+    )
+    return STAND_IN_WORKLOAD.repeats
+
+
+def _shown_level(level: float) -> str:
+    """A level as the file writes it: ``16``, ``0.5``, ``1000000`` (not ``1e+06``)."""
+    return str(int(level)) if float(level).is_integer() else repr(level)
+
+
+def _level_count(
+    minimum: int, largest_level: float, per: str
+) -> Callable[[Findings, str, object], LevelCount]:
+    """Requests per level, at least ``minimum``, as many as ``REQUESTS`` allows at the largest level;
+    ``per`` names what ``Nx`` multiplies: ``the concurrency``, ``the request rate``."""
 
     def check(findings: Findings, path: str, value: object) -> LevelCount:
         match = TIMES_CONCURRENCY.fullmatch(value) if isinstance(value, str) else None
@@ -94,10 +205,10 @@ def _level_count(minimum: int, largest_level: int) -> Callable[[Findings, str, o
         elif match:
             count = LevelCount(int(match[1]), times_concurrency=True)
         else:
-            rule = f"must be an integer >= {minimum} or Nx (N times the concurrency)"
+            rule = f"must be an integer >= {minimum} or Nx (N times {per})"
             findings.error(path, f"{rule}, got {describe(value)}")
             return LevelCount(minimum, times_concurrency=False)
-        problem = _request_count_problem(count, largest_level)
+        problem = _request_count_problem(count, largest_level, per)
         if problem is not None:
             findings.error(path, problem)
         return count
@@ -105,26 +216,78 @@ def _level_count(minimum: int, largest_level: int) -> Callable[[Findings, str, o
     return check
 
 
-def _request_count_problem(count: LevelCount, largest_level: int) -> str | None:
+def _request_count_problem(count: LevelCount, largest_level: float, per: str) -> str | None:
     """Why ``count`` is no real run's: N of ``Nx`` beyond ``COUNT_FACTOR``, or too many requests per level."""
-    if count.times_concurrency and not within(count.count, COUNT_FACTOR):
-        return f"N of {count.to_json()} {bound_problem(COUNT_FACTOR, count.count)}"
+    factor = replace(COUNT_FACTOR, unit=f"times {per}")
+    if count.times_concurrency and not within(count.count, factor):
+        return f"N of {count.to_json()} {bound_problem(factor, count.count)}"
     requests = count.at(largest_level)
     if within(requests, REQUESTS):
         return None
     problem = bound_problem(REQUESTS, requests)
-    return f"{count.to_json()} at level {largest_level}: {problem}" if count.times_concurrency else problem
+    if not count.times_concurrency:
+        return problem
+    level = "level" if per == "the concurrency" else "request rate"
+    return f"{count.to_json()} at {level} {_shown_level(largest_level)}: {problem}"
+
+
+def _check_load(findings: Findings, path: str, fields: Fields) -> None:
+    """Exactly one of ``concurrency`` and ``request_rate``; a closed loop takes no open-loop key, an open
+    loop needs its bound on requests in flight and runs no search."""
+    given = [key for key in LOADS if key in fields]
+    if not given:
+        findings.error(path, "needs concurrency (a closed loop) or request_rate (an open loop)")
+        return
+    if len(given) > 1:
+        findings.error(
+            path,
+            "has both concurrency and request_rate: give concurrency for a closed loop or request_rate for "
+            "an open one",
+        )
+        return
+    if "concurrency" in fields:
+        for key in (key for key in OPEN_LOOP_KEYS if key in fields):
+            rule = (
+                "is an open loop's bound on requests in flight: with concurrency, the levels are the bound"
+                if key == "max_concurrency"
+                else "is an open loop's (request_rate): with concurrency, a request is sent when one ends"
+            )
+            findings.error(join_path(path, key), rule)
+        return
+    if "max_concurrency" not in fields:
+        findings.error(
+            join_path(path, "max_concurrency"),
+            "required key is missing: an open loop (request_rate) needs its bound on requests in flight",
+        )
+    if "search_resolution" in fields:
+        findings.error(
+            join_path(path, "search_resolution"),
+            "bisects over concurrency levels: an open loop (request_rate) has none",
+        )
 
 
 def check_workload(findings: Findings, path: str, value: object, base_dir: Path) -> Workload:
     fields = mapping(findings, path, value, WORKLOAD_KEYS, required=WORKLOAD_REQUIRED)
+    if isinstance(value, dict):
+        _check_load(findings, path, fields)
     stand_in = STAND_IN_WORKLOAD
     api = fields.get("api", choice(APIS), stand_in.api)
     dataset = fields.get("dataset", _dataset(base_dir), stand_in.dataset)
     input_len = fields.get("input_len", bounded(BOUNDS["input_len"]), stand_in.input_len)
     output_len = fields.get("output_len", bounded(BOUNDS["output_len"]), stand_in.output_len)
     concurrency = fields.get("concurrency", _concurrency, stand_in.concurrency)
-    largest_level = max(concurrency, default=1)
+    request_rate = fields.get("request_rate", _request_rates, stand_in.request_rate)
+    # With both given (an error), the closed loop stands in: the request counts are judged at its levels.
+    open_loop = "request_rate" in fields and "concurrency" not in fields
+    per = "the request rate" if open_loop else "the concurrency"
+    largest_level = max(request_rate if open_loop else concurrency, default=1)
+    arrival = fields.get("arrival", choice(ARRIVALS), DEFAULT_ARRIVAL)
+    burstiness = fields.get("burstiness", _number_in(BURSTINESS, DEFAULT_BURSTINESS), DEFAULT_BURSTINESS)
+    if open_loop and "burstiness" in fields and arrival == POISSON and burstiness != DEFAULT_BURSTINESS:
+        findings.warn(
+            join_path(path, "burstiness"),
+            "has no effect with poisson arrivals (it is gamma's shape): set arrival: gamma, or leave it out",
+        )
     return Workload(
         api=api,
         dataset=dataset,
@@ -133,13 +296,20 @@ def check_workload(findings: Findings, path: str, value: object, base_dir: Path)
         concurrency=concurrency,
         prompts_per_level=fields.get(
             "prompts_per_level",
-            _level_count(LEAST_REQUESTS["prompts_per_level"], largest_level),
+            _level_count(LEAST_REQUESTS["prompts_per_level"], largest_level, per),
             stand_in.prompts_per_level,
         ),
-        warmup=fields.get("warmup", _level_count(LEAST_REQUESTS["warmup"], largest_level), stand_in.warmup),
-        repeats=fields.get("repeats", bounded(BOUNDS["repeats"]), stand_in.repeats),
+        warmup=fields.get(
+            "warmup", _level_count(LEAST_REQUESTS["warmup"], largest_level, per), stand_in.warmup
+        ),
+        repeats=fields.get("repeats", _repeats, stand_in.repeats),
         seed=fields.get("seed", bounded(BOUNDS["seed"]), stand_in.seed),
         vocab_size=fields.get("vocab_size", bounded(BOUNDS["vocab_size"]), stand_in.vocab_size),
+        request_rate=request_rate if open_loop else (),
+        arrival=arrival,
+        burstiness=burstiness,
+        max_concurrency=fields.get("max_concurrency", bounded(BOUNDS["max_concurrency"]), None),
+        search_resolution=fields.get("search_resolution", bounded(BOUNDS["search_resolution"]), None),
     )
 
 

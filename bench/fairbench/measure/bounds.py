@@ -70,6 +70,20 @@ REQUESTS = Bound(0, 10_000_000, "requests")
 COUNT_FACTOR = Bound(0, 10_000, "times the concurrency", integer=False)
 """N of an ``Nx`` request count."""
 REPEATS = Bound(1, 1_000, "repeats")
+AUTO_REPEATS = Bound(2, 1_000, "repeats")
+"""The least and the most of automatic repeats: one repeat has no interval to judge, and REPEATS' most."""
+HALF_WIDTH_PCT = Bound(0.01, 100, "percent of the mean", integer=False)
+"""Automatic repeats' target: the 95 % interval's half-width. No throughput is steadier than ±0.01 %
+(every level would run to its most repeats); beyond ±100 % the interval says nothing."""
+SEARCH_RESOLUTION = Bound(1, 100_000, "requests in flight")
+"""How close the search brings the last concurrency level meeting the SLO and the first that does not: at
+most CONCURRENCY's range."""
+REQUEST_RATE = Bound(0.001, 1_000_000, "requests per second", integer=False)
+"""An open loop's target arrival rate: below one request in 1,000 s a level of 16 prompts lasts over four
+hours; a million a second is more than one client process sends."""
+BURSTINESS = Bound(0.001, 1_000, "(a gamma shape)", integer=False)
+"""Gamma arrivals' shape: the gaps' coefficient of variation is 1 / sqrt(shape), from 31.6 (nearly every
+request in one burst) to 0.03 (nearly even gaps); beyond, a typo."""
 SEED = Bound(0, 2**32 - 1, "(a 32-bit seed)")
 """numpy and SGLang's ``random-seed`` take 32-bit seeds."""
 START_TIMEOUT_S = Bound(1, 7 * 24 * 3600, "seconds")

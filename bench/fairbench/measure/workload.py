@@ -9,9 +9,11 @@ another's work.
 from __future__ import annotations
 
 import json
+import math
 import random
 from array import array
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 from fairbench.measure.bounds import COUNT_FACTOR, REQUESTS
@@ -156,9 +158,15 @@ class Workload:
         return prompts
 
 
+def times_level(factor: float, level: float) -> int:
+    """``Nx`` at a level: ceil(N x level), each counted as the decimal it is written as (``10x`` of 0.7
+    req/s is 7 requests, not the 8 of the float just above 7 that 10 * 0.7 gives)."""
+    return math.ceil(Fraction(repr(factor)) * Fraction(repr(level)))
+
+
 def parse_count(value: str | int, concurrency: float, *, minimum: int = 0) -> int:
-    """A request count: an integer, or ``Nx`` meaning N times the level (rounded half to even); at least
-    ``minimum``. The level is a concurrency, or a request rate: N seconds of its arrivals.
+    """A request count: an integer, or ``Nx`` meaning N times the level rounded up (:func:`times_level`);
+    at least ``minimum``. The level is a concurrency, or a request rate: N seconds of its arrivals.
 
     Within the bounds of bounds.py, N times the concurrency included: ``infx`` or ``1e9x`` is a typo."""
     text = str(value).strip()
@@ -171,7 +179,7 @@ def parse_count(value: str | int, concurrency: float, *, minimum: int = 0) -> in
         ) from None
     if (problem := (COUNT_FACTOR if times else REQUESTS).problem(number)) is not None:
         raise WorkloadError(f"{value!r}: {'N ' if times else ''}{problem}")
-    count = round(number * concurrency) if times else int(number)
+    count = times_level(number, concurrency) if times else int(number)
     if (problem := REQUESTS.problem(count)) is not None:
         raise WorkloadError(f"{value!r} at concurrency {concurrency}: {problem}")
     return max(count, minimum)
