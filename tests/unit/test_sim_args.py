@@ -225,6 +225,9 @@ def test_faults_from_several_flags_combine() -> None:
             ["--sim-load-seconds", "-1"],
             "argument --sim-load-seconds: must be a number from 0 to 604800 seconds, got -1",
         ),
+        (["--sim-noise", "nan"], "argument --sim-noise: must be a finite number, got nan"),
+        (["--sim-noise", "51"], "argument --sim-noise: must be a number from 0 to 50 percent, got 51"),
+        (["--sim-noise", "-1"], "argument --sim-noise: must be a number from 0 to 50 percent, got -1"),
         (
             ["--sim-seed", "-1"],
             "argument --sim-seed: must be an integer from 0 to 4,294,967,295 (a 32-bit seed), got -1",

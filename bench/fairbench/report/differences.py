@@ -158,6 +158,7 @@ SIM_FLAG_FIELDS = {
     "sim-time-scale": "sim.time_scale",
     "sim-load-seconds": "sim.load_seconds",
     "sim-fault": "sim.faults",
+    "sim-noise": "sim.noise_pct",
 }
 """The simulator's own flags and the /server_info fields that report them."""
 

@@ -285,10 +285,20 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         help="crash-after=N, hang-after=N, http-500-rate=P, malformed-every=N, slow-start=S (repeatable)",
     )
     group.add_argument(
+        "--sim-noise",
+        type=_within(NOISE_PCT),
+        default=0.0,
+        metavar="PCT",
+        help="run-to-run variation: each busy period (from idle, after a pause of at least 5 ms, to idle) "
+        "runs every round's duration times a factor drawn from a normal distribution of mean 1 and "
+        "standard deviation PCT/100, clipped to [0.5, 1.5], so a benchmark point's throughput varies by "
+        "about PCT %% between runs; not in --sim-predict (default: %(default)s, none)",
+    )
+    group.add_argument(
         "--sim-seed",
         type=_within(bounds.SEED),
-        default=0,
-        help="seed of the http-500-rate fault (default: %(default)s)",
+        help="seed of the http-500-rate fault (0 when not given) and of --sim-noise's draws (fresh from "
+        "the OS when not given, so each server draws its own)",
     )
     group.add_argument(
         "--sim-trace",
@@ -321,6 +331,9 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         "would measure with this configuration, and exit without serving",
     )
 
+
+NOISE_PCT = Bound(0.0, 50.0, "percent", integer=False)
+"""``--sim-noise``: beyond 50 % a draw clipped to [0.5, 1.5] is no longer about normal."""
 
 HEARTBEAT_S = Bound(0.01, 60.0, "seconds", integer=False)
 """``--sim-heartbeat-s``: below 10 ms a loaded event loop misses beats; above a minute a frozen node
@@ -390,7 +403,10 @@ class SimConfig:
     faults: FaultSettings
     nodes: NodeSettings
     """This process's place in a multi-node server (``--nnodes``, ``--node-rank``, ``--dist-init-addr``)."""
-    seed: int
+    noise_pct: float
+    """``--sim-noise``: the standard deviation of each busy period's speed factor, in percent."""
+    seed: int | None
+    """``--sim-seed``; None when not given."""
     trace_path: str | None
     predict: tuple[int, int] | None
     effective_args: dict[str, Any]
@@ -645,6 +661,7 @@ def resolve(args: argparse.Namespace) -> SimConfig:
         load_seconds=args.sim_load_seconds,
         faults=combine_fault_specs(args.sim_fault),
         nodes=nodes,
+        noise_pct=args.sim_noise,
         seed=args.sim_seed,
         trace_path=args.sim_trace,
         predict=args.sim_predict,

@@ -23,12 +23,24 @@ The engine runs the rounds on a clock: an asyncio loop for the server, a virtual
 ``predict``, with the same code. Round ``i + 1`` is scheduled from round ``i``'s *scheduled* end, not
 from when its callback actually ran, so a late event loop never stretches the modelled timeline; the
 lateness is recorded as schedule lag and reported in ``/metrics``.
+
+With ``--sim-noise PCT`` the machine's speed drifts between *busy periods*, as a real GPU server's does
+from run to run: each period runs every round at ``seconds * time_scale * f``, with ``f`` drawn once at
+its start from a normal distribution of mean 1 and standard deviation ``PCT / 100``, clipped to
+[0.5, 1.5]. A busy period begins when a counted request arrives at an engine that has been idle (nothing
+running, nothing waiting) for at least ``BUSY_PERIOD_GAP_S``, and ends when the engine is idle again. A
+closed-loop benchmark point keeps the engine busy from its first request to its last, so it runs at one
+``f``, and the coefficient of variation of its throughput is about PCT %; the pause of the client
+between two points, or between a point's warmup and its measurement, starts another period. The
+health check's probe never draws: it runs at the factor in use.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import math
+import random
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -235,6 +247,45 @@ class VirtualClock:
             callback()
 
 
+SPEED_FACTOR_RANGE = (0.5, 1.5)
+"""Where ``--sim-noise``'s draws are clipped: a normal draw can be negative (a machine that runs backwards)
+or arbitrarily slow; half or one and a half times the model's speed is already far outside run-to-run
+variation on one machine."""
+
+BUSY_PERIOD_GAP_S = 0.005
+"""How long the engine must have been idle, in clock seconds, for a counted request to start a new busy
+period. Without it every request of a point at concurrency 1, and every wave of a point whose requests
+all end in one round, would start a period of its own while the client turns round, and the point would
+average many draws. Against the demo's configuration on two cores, ``fairbench sweep`` turned round
+within a point in 1-2.5 ms, rarely up to 6 ms (up to 12 ms with both cores busy elsewhere), and paused at
+least 8 ms between two points or a point's warmup and its measurement (its bookkeeping, a
+``/server_info`` query, a garbage collection). Too long a gap would let points share a factor, which
+hides the variation between them; too short a one splits a point now and then, which only narrows it."""
+
+
+@dataclass(slots=True)
+class SpeedNoise:
+    """``--sim-noise``: the source of each busy period's speed factor."""
+
+    sd: float
+    """The factor's standard deviation before clipping: ``PCT / 100``."""
+    rng: random.Random
+
+    def draw(self) -> float:
+        low, high = SPEED_FACTOR_RANGE
+        return min(high, max(low, self.rng.gauss(1.0, self.sd)))
+
+
+def speed_noise(pct: float, seed: int | None) -> SpeedNoise | None:
+    """The noise of ``--sim-noise pct``, None for 0 (every round at the model's time exactly). The draws
+    follow ``--sim-seed`` when one is given, so a server's sequence of factors repeats; else they come
+    from the OS's entropy, so fresh servers differ as fresh runs on a real machine do."""
+    if pct == 0:
+        return None
+    # A seed of its own, so the factors do not move in step with the http-500-rate fault's draws.
+    return SpeedNoise(pct / 100, random.Random(None if seed is None else f"sim-noise {seed}"))
+
+
 @dataclass(slots=True)
 class _Replica:
     scheduler: Scheduler
@@ -282,12 +333,18 @@ class _ThroughputWindow:
 
 @dataclass(slots=True)
 class Engine:
-    """Runs each replica's rounds on ``clock``; durations are the model's times ``time_scale``."""
+    """Runs each replica's rounds on ``clock``; durations are the model's times ``time_scale``, times the
+    busy period's speed factor under ``noise``."""
 
     schedulers: list[Scheduler]
     clock: Clock
     time_scale: float = 1.0
     decode_log_interval: int = 40
+    noise: SpeedNoise | None = None
+    speed_factor: float = field(init=False, default=1.0)
+    """The busy period's factor on every round's duration; 1 until ``noise`` draws one."""
+    speed_draws: int = field(init=False, default=0)
+    """Busy periods that drew a factor."""
     lag: ScheduleLag = field(init=False, default_factory=ScheduleLag)
     started: bool = field(init=False, default=False)
     halted: bool = field(init=False, default=False)
@@ -295,6 +352,8 @@ class Engine:
     _next_replica: int = field(init=False, default=0)
     _output_waiters: list[Callable[[], None]] = field(init=False, default_factory=list)
     _throughput: _ThroughputWindow = field(init=False)
+    _idle_since: float | None = field(init=False, default=-math.inf)
+    """When the last busy period ended; None while one lasts."""
 
     def __post_init__(self) -> None:
         self._replicas = [_Replica(scheduler) for scheduler in self.schedulers]
@@ -313,6 +372,8 @@ class Engine:
 
     def submit(self, request: SimRequest) -> None:
         """Queue ``request`` on the next replica in turn (SGLang's round-robin DP dispatch)."""
+        if request.counted and self._idle_since is not None:
+            self._begin_busy_period(self._idle_since)
         replica = self._replicas[self._next_replica]
         self._next_replica = (self._next_replica + 1) % len(self._replicas)
         replica.scheduler.submit(request)
@@ -356,13 +417,24 @@ class Engine:
     def gen_throughput(self) -> float:
         return self._throughput.tokens_per_s
 
+    def _begin_busy_period(self, idle_since: float) -> None:
+        self._idle_since = None
+        if self.noise is not None and self.clock.time() - idle_since >= BUSY_PERIOD_GAP_S:
+            self.speed_factor = self.noise.draw()
+            self.speed_draws += 1
+
     def _begin(self, replica: _Replica, start: float) -> None:
         planned = replica.scheduler.plan_round()
         replica.current = planned
         replica.scheduled_end = start
         if planned is None:
+            # A probe run while idle leaves the last busy period ended when it was.
+            if self._idle_since is None and all(
+                other.current is None and not other.scheduler.waiting for other in self._replicas
+            ):
+                self._idle_since = start
             return
-        replica.scheduled_end = start + planned.seconds * self.time_scale
+        replica.scheduled_end = start + planned.seconds * self.time_scale * self.speed_factor
         self.clock.call_at(replica.scheduled_end, lambda: self._end(replica))
 
     def _end(self, replica: _Replica) -> None:

@@ -3,27 +3,71 @@
 The server's engine and scheduler run on a virtual clock with ``C`` clients that each send their next
 request the moment the previous one finishes (a sweep client's overhead, typically well under a
 millisecond, is taken as zero). The metrics follow ``sglang.bench_serving``: output throughput is all
-output tokens over the point's duration; TTFT is first token minus send time; TPOT is
-``(latency - TTFT) / (output_len - 1)``.
+output tokens over the point's duration; a request's TTFT is its first token minus its send time, its
+e2e latency its last token minus its send time, its TPOT ``(latency - TTFT) / (output_len - 1)`` (none
+for one output token); percentiles are numpy's linear ones over the point's requests (``percentile``).
+
+``--sim-noise`` plays no part: a prediction is that of the noiseless server. ``--sim-time-scale`` does
+when asked for (``as_served``): the times are then those the server started with the configuration
+serves, the model's times the scale, as its engine runs them; without it they are the model's own.
+
+``highest_concurrency_meeting`` finds the largest concurrency whose point meets latency limits keyed as a
+campaign's ``slo:`` is (``ttft_p99_ms``), by bisection.
 """
 
 from __future__ import annotations
 
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import mean
 
 from fairbench.sim.args import SimConfig
 from fairbench.sim.engine import Engine, Scheduler, SimRequest, VirtualClock
 
+LATENCY_METRICS = ("ttft", "tpot", "e2e_latency")
+LIMIT_KEY = re.compile(r"^(ttft|tpot|e2e_latency)_p(\d+)_ms$")
+"""A latency limit's key: the metric, the percentile (0 to 100), milliseconds (``tpot_p50_ms``)."""
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """numpy's ``percentile(values, q)`` with its default ``method="linear"``; 0.0 for no values.
+
+    With x sorted ascending and n values: v = (n - 1) * q / 100, i = floor(v), g = v - i,
+    result = x[i] + (x[i+1] - x[i]) * g (x[i+1] taken as x[n-1] past the end).
+    """
+    ordered = sorted(values)
+    if not ordered:
+        return 0.0
+    virtual_index = (len(ordered) - 1) * q / 100
+    lower = math.floor(virtual_index)
+    upper = min(lower + 1, len(ordered) - 1)
+    return ordered[lower] + (ordered[upper] - ordered[lower]) * (virtual_index - lower)
+
 
 @dataclass(frozen=True, slots=True)
 class PointPrediction:
+    """One point, in model seconds or, predicted ``as_served``, in the server's seconds."""
+
     concurrency: int
     requests: int
     duration_s: float
     output_throughput: float
     mean_ttft_s: float
     mean_tpot_s: float
+    ttfts_s: tuple[float, ...]
+    """Every request's TTFT, in the order the requests finished."""
+    tpots_s: tuple[float, ...]
+    """Every request's TPOT; empty when the output is one token."""
+    e2e_latencies_s: tuple[float, ...]
+
+    def percentile_ms(self, metric: str, q: float) -> float:
+        """The ``q``-th percentile of ``metric`` (``ttft``, ``tpot`` or ``e2e_latency``) in milliseconds."""
+        values = {"ttft": self.ttfts_s, "tpot": self.tpots_s, "e2e_latency": self.e2e_latencies_s}
+        if metric not in values:
+            raise ValueError(f"no latency {metric!r}: one of {', '.join(LATENCY_METRICS)}")
+        return percentile(values[metric], q) * 1000
 
 
 def prompts_per_point(concurrency: int) -> int:
@@ -34,10 +78,14 @@ def prompts_per_point(concurrency: int) -> int:
 class _ClosedLoop:
     """``concurrency`` clients, each sending its next request as soon as its last one finishes."""
 
-    def __init__(self, config: SimConfig, input_len: int, output_len: int, num_prompts: int) -> None:
+    def __init__(
+        self, config: SimConfig, input_len: int, output_len: int, num_prompts: int, time_scale: float
+    ) -> None:
         self.clock = VirtualClock()
         schedulers = [Scheduler(config.model, config.limits) for _ in range(config.dp_size)]
-        self.engine = Engine(schedulers, self.clock, decode_log_interval=config.decode_log_interval)
+        self.engine = Engine(
+            schedulers, self.clock, time_scale, decode_log_interval=config.decode_log_interval
+        )
         self.input_len = input_len
         self.output_len = output_len
         self.unsent = num_prompts
@@ -45,6 +93,7 @@ class _ClosedLoop:
         self.first_token_at: dict[int, float] = {}
         self.ttfts: list[float] = []
         self.tpots: list[float] = []
+        self.latencies: list[float] = []
 
     def send(self) -> None:
         self.unsent -= 1
@@ -60,17 +109,27 @@ class _ClosedLoop:
             return
         sent_at = self.sent_at.pop(key)
         ttft = self.first_token_at.pop(key) - sent_at
+        latency = now - sent_at
         self.ttfts.append(ttft)
+        self.latencies.append(latency)
         if self.output_len > 1:
-            self.tpots.append((now - sent_at - ttft) / (self.output_len - 1))
+            self.tpots.append((latency - ttft) / (self.output_len - 1))
         if self.unsent:
             self.send()
 
 
 def predict_point(
-    config: SimConfig, input_len: int, output_len: int, concurrency: int, num_prompts: int
+    config: SimConfig,
+    input_len: int,
+    output_len: int,
+    concurrency: int,
+    num_prompts: int,
+    *,
+    as_served: bool = False,
 ) -> PointPrediction:
-    loop = _ClosedLoop(config, input_len, output_len, num_prompts)
+    """The point at ``concurrency`` of ``num_prompts`` requests; ``as_served``: in the seconds of the
+    server ``config`` starts (``--sim-time-scale`` applied), else in the model's (the profile's own)."""
+    loop = _ClosedLoop(config, input_len, output_len, num_prompts, config.time_scale if as_served else 1.0)
     for _ in range(min(concurrency, num_prompts)):
         loop.send()
     loop.engine.start()
@@ -83,7 +142,70 @@ def predict_point(
         output_throughput=num_prompts * output_len / duration,
         mean_ttft_s=mean(loop.ttfts),
         mean_tpot_s=mean(loop.tpots) if loop.tpots else 0.0,
+        ttfts_s=tuple(loop.ttfts),
+        tpots_s=tuple(loop.tpots),
+        e2e_latencies_s=tuple(loop.latencies),
     )
+
+
+def parse_limit(key: str) -> tuple[str, float]:
+    """The metric and the percentile of a limit's key (``ttft_p99_ms``: ``("ttft", 99.0)``)."""
+    match = LIMIT_KEY.fullmatch(key)
+    if match is None or int(match[2]) > 100:
+        raise ValueError(
+            f"{key!r}: a limit's key is <metric>_p<q>_ms, metric one of {', '.join(LATENCY_METRICS)} "
+            "and q from 0 to 100"
+        )
+    return match[1], float(match[2])
+
+
+def highest_concurrency_meeting(
+    config: SimConfig,
+    input_len: int,
+    output_len: int,
+    *,
+    limits: Mapping[str, float],
+    num_prompts: Callable[[int], int],
+    upper: int,
+) -> int | None:
+    """The largest concurrency ``C`` in [1, ``upper``] whose predicted point, as served, has every limited
+    percentile at most its limit (milliseconds, ``{"tpot_p99_ms": 50.0}``); None when ``C = 1`` fails.
+    The point at ``C`` has ``num_prompts(C)`` requests.
+
+    Found by bisection, which assumes that a point meeting the limits at ``C`` meets them at every lower
+    concurrency: latency grows with the running batch (each decode step is ``t0 + k * b``, and more
+    requests queue for each prefill). It takes 1 + ceil(log2(upper)) predictions, ~10 ms for the demo's
+    workload. The answer meets the limits and ``C + 1`` does not (or ``C`` is ``upper``) whether or not the
+    assumption holds; where it does not, a larger ``C`` may meet them too. It fails for the median TPOT
+    between the concurrencies a sweep samples: a request's TPOT includes the prefill forwards of the
+    requests admitted after it, so where ``C`` passes a multiple of the requests one forward holds the
+    median request changes group, and the median can fall by a fifth from one ``C`` to the next.
+    """
+    if upper < 1:
+        raise ValueError(f"upper: must be at least 1, got {upper}")
+    parsed = []
+    for key, limit in limits.items():
+        if not math.isfinite(limit):
+            raise ValueError(f"{key}: the limit must be a finite number of milliseconds, got {limit}")
+        parsed.append((*parse_limit(key), limit))
+
+    def meets(concurrency: int) -> bool:
+        point = predict_point(
+            config, input_len, output_len, concurrency, num_prompts(concurrency), as_served=True
+        )
+        return all(point.percentile_ms(metric, q) <= limit for metric, q, limit in parsed)
+
+    if not meets(1):
+        return None
+    # meets(low) holds; high is the lowest concurrency known to fail, or upper + 1.
+    low, high = 1, upper + 1
+    while high - low > 1:
+        middle = (low + high) // 2
+        if meets(middle):
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 def default_concurrencies(config: SimConfig) -> list[int]:
@@ -96,8 +218,11 @@ def default_concurrencies(config: SimConfig) -> list[int]:
 
 
 def predict_sweep(config: SimConfig, input_len: int, output_len: int) -> list[PointPrediction]:
+    """``--sim-predict``: the points of a sweep at ``default_concurrencies``, as the server serves them."""
     return [
-        predict_point(config, input_len, output_len, concurrency, prompts_per_point(concurrency))
+        predict_point(
+            config, input_len, output_len, concurrency, prompts_per_point(concurrency), as_served=True
+        )
         for concurrency in default_concurrencies(config)
     ]
 
@@ -109,7 +234,7 @@ def format_sweep(config: SimConfig, input_len: int, output_len: int, points: lis
         f"profile {config.profile.name}, layout {config.model.layout}, dp {config.dp_size}: closed loop, "
         f"input {input_len}, output {output_len}, max running {limits.max_running_requests} per dp rank, "
         f"chunked prefill {limits.chunked_prefill_size}, "
-        f"{limits.decode_steps_per_round} decode steps per round",
+        f"{limits.decode_steps_per_round} decode steps per round, time scale {config.time_scale:g}",
         f"{'concurrency':>11} {'output tok/s':>12} {'mean TTFT ms':>12} {'mean TPOT ms':>12}",
     ]
     lines += [

@@ -50,7 +50,7 @@ from fairbench.sim.api import (
     validation_error,
 )
 from fairbench.sim.args import MODELLED_FIELDS, SimConfig, flag_table, sglang_version
-from fairbench.sim.engine import Engine, Scheduler, SimRequest
+from fairbench.sim.engine import Engine, Scheduler, SimRequest, speed_noise
 from fairbench.sim.faults import FaultAction, FaultState
 from fairbench.sim.http import HttpExchange, HttpRequest, serve
 from fairbench.sim.nodes import Rendezvous, follow
@@ -118,8 +118,14 @@ class SimServer:
         schedulers = [
             Scheduler(config.model, config.limits, PrefixCache(cache_tokens)) for _ in range(config.dp_size)
         ]
-        self.engine = Engine(schedulers, _LoopClock(loop), config.time_scale, config.decode_log_interval)
-        self.faults = FaultState(config.faults, config.seed)
+        self.engine = Engine(
+            schedulers,
+            _LoopClock(loop),
+            config.time_scale,
+            config.decode_log_interval,
+            speed_noise(config.noise_pct, config.seed),
+        )
+        self.faults = FaultState(config.faults, config.seed or 0)
         eos_token_id = config.checkpoint.eos_token_id
         self.info = ServingInfo(
             context_length=config.context_length,
@@ -436,6 +442,7 @@ class SimServer:
             },
             "scheduler": {**asdict(config.limits), "dp_size": config.dp_size},
             "time_scale": config.time_scale,
+            "noise_pct": config.noise_pct,
             "load_seconds": config.load_seconds,
             "faults": config.faults.describe(),
             "nodes": {
@@ -530,7 +537,8 @@ class SimServer:
         exchange.respond(200, self.metrics_text().encode(), "text/plain; version=0.0.4; charset=utf-8")
 
     def metrics_text(self) -> str:
-        """A few of SGLang's Prometheus metrics under its names, plus the simulator's own schedule lag."""
+        """A few of SGLang's Prometheus metrics under its names, plus the simulator's own, named
+        ``fairbench_sim_*``: its schedule lag, its rounds, and ``--sim-noise``'s speed factor."""
         model_label = json.dumps(self.config.served_model_name)
         scheduler_labels = (
             f'model_name={model_label},engine_type="unified",tp_rank="0",pp_rank="0",moe_ep_rank="0"'
@@ -582,6 +590,18 @@ class SimServer:
             "counter",
             "Prefill forwards and decode rounds completed.",
             [("fairbench_sim_rounds_total", sim_labels, lag.rounds)],
+        )
+        gauge(
+            "fairbench_sim_speed_factor",
+            "The factor on every round's duration in this busy period (--sim-noise; 1 without it).",
+            engine.speed_factor,
+            sim_labels,
+        )
+        family(
+            "fairbench_sim_speed_draws",
+            "counter",
+            "Busy periods that drew a speed factor (--sim-noise).",
+            [("fairbench_sim_speed_draws_total", sim_labels, engine.speed_draws)],
         )
         return "\n".join(lines) + "\n"
 
