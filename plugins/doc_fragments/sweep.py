@@ -68,4 +68,18 @@ options:
         A campaign job measures its share of a config's repeats into the config's directory.
     type: list
     elements: int
+  extend_repeats:
+    description:
+      - With automatic repeats in the workload, add repeats to the levels whose throughput interval is still
+        wider than its target (fairbench.measure.repeats). False for a job that measures one repeat of a
+        spread campaign, whose queue adds the config's further repeats as jobs.
+    type: bool
+    default: true
+  slo:
+    description:
+      - The campaign's service-level objectives, C({key: limit_ms}) (keys such as C(ttft_p99_ms),
+        fairbench.measure.slo). Each point is judged against them and gets its goodput; with the workload's
+        C(search_resolution), each repeat then bisects for the highest concurrency meeting them.
+    type: dict
+    default: {}
 """

@@ -18,4 +18,6 @@ SWEEP_ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
         "options": {name: {"type": "str"} for name in ("campaign", "run_id", "host", "config")},
     },
     "repeats": {"type": "list", "elements": "int"},
+    "extend_repeats": {"type": "bool", "default": True},
+    "slo": {"type": "dict", "default": {}},
 }

@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from fairbench import __version__
-from fairbench.campaign.model import Workload
+from fairbench.campaign.model import CampaignError, Workload
 from fairbench.hosts.gpu import GpuFacts, GpuFactsError, collect
 from fairbench.hosts.unit_security import unit_security
 from fairbench.measure.progress import Progress
 from fairbench.measure.results import ResultsDir, RunIdentity, point_id
+from fairbench.measure.slo import SloError, SloTarget, parse_slo
 from fairbench.measure.sweep import Sweep, SweepSpec
 from fairbench.measure.workload import WorkloadSpec
 
@@ -46,6 +47,7 @@ SUMMARY_KEYS = (
     "point_id",
     "max_concurrency",
     "repeat",
+    "level_source",
     "completed",
     "failed",
     "output_throughput",
@@ -72,11 +74,14 @@ def sweep_spec(
     energy_gpus: list[int] | None = None,
     identity: RunIdentity | None = None,
     repeats: list[int] | None = None,
+    extend_repeats: bool = True,
+    slo: tuple[SloTarget, ...] = (),
 ) -> SweepSpec:
     """The sweep that drives one server with a campaign's workload; ``energy_gpus``: the GPUs whose energy
     counts (NVML indices), None for every GPU; ``identity``: what its point lines name as their sweep (the
     bench role gives the campaign, run id, inventory_hostname and config); ``repeats``: the repeats to
-    measure, None for every one."""
+    measure, None for every one; ``extend_repeats``: whether automatic repeats are added by this sweep;
+    ``slo``: the campaign's objectives."""
     return SweepSpec(
         url=url,
         workload=WorkloadSpec(
@@ -88,21 +93,32 @@ def sweep_spec(
             vocab_size=workload.vocab_size,
         ),
         concurrency=list(workload.concurrency),
+        request_rate=list(workload.request_rate),
+        arrival=workload.arrival,
+        burstiness=workload.burstiness,
+        max_concurrency=workload.max_concurrency,
         api=workload.api,
         prompts_per_level=str(workload.prompts_per_level.to_json()),
         warmup=str(workload.warmup.to_json()),
         repeats=workload.repeats,
+        slo=slo,
+        search_resolution=workload.search_resolution,
         model=model,
         gpus=gpus,
         energy_gpus=energy_gpus,
         identity=identity or RunIdentity(),
         only_repeats=repeats,
+        extend_repeats=extend_repeats,
     )
 
 
 def spec_from_arguments(arguments: dict[str, Any]) -> SweepSpec:
     """The sweep the options of the sweep modules ask for (their doc fragment, fairbench.fairbench.sweep);
-    CampaignError when the workload breaks a rule."""
+    CampaignError when the workload or an objective breaks a rule."""
+    try:
+        slo = parse_slo(arguments["slo"] or {})
+    except SloError as exc:
+        raise CampaignError([f"slo argument: {exc}"]) from None
     return sweep_spec(
         Workload.from_json(arguments["workload"], "workload argument"),
         arguments["url"],
@@ -111,6 +127,8 @@ def spec_from_arguments(arguments: dict[str, Any]) -> SweepSpec:
         energy_gpus=arguments["energy_gpus"],
         identity=RunIdentity(**(arguments["identity"] or {})),
         repeats=arguments["repeats"],
+        extend_repeats=arguments["extend_repeats"],
+        slo=slo,
     )
 
 

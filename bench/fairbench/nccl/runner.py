@@ -200,6 +200,9 @@ class CampaignInputs:
             raise NcclError(f"{source}: not an expanded campaign (a JSON object)")
         workload, configs = data.get("workload"), data.get("configs")
         concurrency = workload.get("concurrency") if isinstance(workload, dict) else None
+        if isinstance(workload, dict) and workload.get("request_rate"):
+            # An open loop's decode batches reach its bound on requests in flight.
+            concurrency = [workload.get("max_concurrency")]
         if not isinstance(concurrency, list) or not all(
             isinstance(level, int) and not isinstance(level, bool) and level > 0 for level in concurrency
         ):

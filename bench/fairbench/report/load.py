@@ -35,6 +35,8 @@ from fairbench.measure.results import (
     SUPERSEDES,
     SWEEP_FILE,
     ResultsError,
+    is_open_loop,
+    load_of,
     point_id,
 )
 from fairbench.measure.status import (
@@ -62,6 +64,7 @@ from fairbench.report.rules import (
     is_number,
     is_placement,
     is_positive,
+    is_repeats,
     is_text,
     list_of,
     object_of,
@@ -309,8 +312,13 @@ CAMPAIGN_RULES: tuple[Rule, ...] = (
     Rule("workload.api", "a string", is_text, True),
     Rule("workload.input_len", "a whole number", whole(0), True),
     Rule("workload.output_len", "a whole number", whole(0), True),
-    Rule("workload.concurrency", "a list of whole numbers of at least 1", list_of(whole(1)), True),
-    Rule("workload.repeats", "a whole number of at least 1", whole(1), False),
+    # A closed loop's levels, or an open loop's rates: the campaign package refuses a workload with neither.
+    Rule("workload.concurrency", "a list of whole numbers of at least 1", list_of(whole(1)), False),
+    Rule("workload.request_rate", "a list of positive numbers", list_of(is_positive), False),
+    Rule(
+        "workload.repeats", "a whole number of at least 1, or {min, max, half_width_pct}", is_repeats, False
+    ),
+    Rule("slo", "an object", is_mapping, False),
     Rule("warnings", "a list of strings", list_of(is_text), False),
     Rule("placement", " or ".join(PLACEMENTS), is_placement, False),
     Rule("accept_host_differences", "a list of strings", list_of(is_text), False),
@@ -514,11 +522,17 @@ def _point(line: bytes) -> dict[str, Any]:
     errors = rule_errors(point, POINT_RULES)
     if errors:
         raise ValueError("; ".join(errors))
-    expected = point_id(point["max_concurrency"], point["repeat"])
+    open_loop = is_open_loop(point)
+    expected = point_id(load_of(point), point["repeat"], open_loop=open_loop)
     if point["point_id"] != expected:
+        level = (
+            f"request_rate {point['request_rate']}"
+            if open_loop
+            else f"max_concurrency {point['max_concurrency']}"
+        )
         raise ValueError(
             f"point_id {shown(point['point_id'])} is not {expected}, "
-            f"as max_concurrency {point['max_concurrency']} and repeat {point['repeat']} make it"
+            f"as {level} and repeat {point['repeat']} make it"
         )
     return point
 

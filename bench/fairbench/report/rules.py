@@ -73,6 +73,20 @@ def is_finite(value: object) -> bool:
     return isinstance(value, int | float) and is_number(value) and math.isfinite(value)
 
 
+def is_repeats(value: object) -> bool:
+    """campaign.json's ``workload.repeats``: a whole number of at least 1, or automatic repeats' mapping
+    (``measure.repeats.AutoRepeats.to_json``)."""
+    if isinstance(value, Mapping):
+        keys = ("min", "max", "half_width_pct")
+        return (
+            set(value) == set(keys)
+            and is_whole(value["min"], 2)
+            and is_whole(value["max"], 2)
+            and is_positive(value["half_width_pct"])
+        )
+    return is_whole(value, 1)
+
+
 def is_placement(value: object) -> bool:
     return isinstance(value, str) and value in PLACEMENTS
 
