@@ -44,11 +44,12 @@ from fairbench.campaign.load import parse_campaign
 from fairbench.campaign.model import Campaign, ServingConfig
 from fairbench.fleet.equivalence import check_pools
 from fairbench.fleet.plan import PLAY_POOL, Job, plan
-from fairbench.fleet.queue import FAILED, FLEET_FILE, OK, new_state, predict
+from fairbench.fleet.queue import FLEET_FILE, RUNNING, QueueState, new_state, predict
 from fairbench.hosts import ansible_support
 from fairbench.hosts.ansible_support import host_facts
 from fairbench.hosts.fleet_facts import REASONS
 from fairbench.measure.client import ServerUnreachable
+from fairbench.measure.repeats import AutoRepeats
 from fairbench.measure.results import CAMPAIGN_FILE, ResultsError, RunIdentity
 from fairbench.measure.status import (
     JOURNAL_EXCERPT_LINES,
@@ -138,15 +139,31 @@ def _unit(campaign: Campaign, config: ServingConfig, env: Mapping[str, str], exe
 
 
 def _sweep_args(campaign: Campaign) -> list[str]:
+    """``fairbench sweep``'s options for the campaign's workload and objectives."""
     workload = campaign.workload
+    repeats = workload.repeats
+    if isinstance(repeats, AutoRepeats):
+        shown = f"auto:{repeats.minimum}:{repeats.maximum}:{repeats.half_width_pct}"
+    else:
+        shown = str(repeats)
+    if workload.open_loop:
+        load = [
+            *("--request-rate", ",".join(map(str, workload.request_rate))),
+            *("--max-concurrency", str(workload.max_concurrency), "--arrival", workload.arrival),
+            *("--burstiness", str(workload.burstiness)),
+        ]
+    else:
+        load = ["--concurrency", ",".join(map(str, workload.concurrency))]
     return [
         *("--api", workload.api, "--dataset", workload.dataset),
         *("--input-len", str(workload.input_len), "--output-len", str(workload.output_len)),
-        *("--concurrency", ",".join(map(str, workload.concurrency))),
+        *load,
         *("--prompts-per-level", str(workload.prompts_per_level.to_json())),
         *("--warmup", str(workload.warmup.to_json())),
-        *("--repeats", str(workload.repeats), "--seed", str(workload.seed)),
+        *("--repeats", shown, "--seed", str(workload.seed)),
         *(("--vocab-size", str(workload.vocab_size)) if workload.vocab_size else ()),
+        *(f"--slo={target.key}={target.limit_ms}" for target in campaign.slo),
+        *(("--search-resolution", str(workload.search_resolution)) if workload.search_resolution else ()),
         *("--progress", "lines"),
     ]
 
@@ -327,27 +344,35 @@ def _servers(
 
 def _sweep_job(
     campaign: Campaign, job: Job, *, host: str, url: str, config_dir: Path
-) -> tuple[dict[str, str], dict[str, float | None]]:
+) -> tuple[dict[str, str], dict[str, float | None], list[dict[str, Any]]]:
     """The job's repeats swept into ``config_dir`` as the fairbench_sweep module sweeps them: the failure
-    (none, or its stage and reason), and when the sweep's first request went out and its last point ended."""
+    (none, or its stage and reason), when the sweep's first request went out and its last point ended, and
+    the directory's points as the module returns them (``levels``)."""
     identity = RunIdentity(campaign.name, config_dir.parent.parent.name, host, job.config)
-    spec = ansible_support.sweep_spec(campaign.workload, url, identity=identity, repeats=list(job.repeats))
+    spec = ansible_support.sweep_spec(
+        campaign.workload,
+        url,
+        identity=identity,
+        repeats=list(job.repeats),
+        extend_repeats=job.extends_repeats,
+        slo=campaign.slo,
+    )
     try:
         outcome = ansible_support.sweep(spec, config_dir, check=False)
     except (ResultsError, ServerUnreachable) as exc:
-        return {"stage": "sweep", "reason": f"fairbench sweep failed: {exc}"}, {}
+        return {"stage": "sweep", "reason": f"fairbench sweep failed: {exc}"}, {}, []
     times = {"first_request_at": outcome.first_request_at, "last_point_ended_at": outcome.last_point_ended_at}
     if outcome.problems:
-        return {"stage": "sweep", "reason": outcome.problems[0]}, times
-    return {}, times
+        return {"stage": "sweep", "reason": outcome.problems[0]}, times, outcome.levels
+    return {}, times, outcome.levels
 
 
 def run_job(
     campaign: Campaign, job: Job, hosts: Sequence[str], run_dir: Path, deviation: Deviation
-) -> JobStatus:
+) -> tuple[JobStatus, list[dict[str, Any]]]:
     """One job on ``hosts`` (rank 0 first): start its server's nodes, wait for rank 0's health, save its
     files, sweep the job's repeats, stop the nodes, save their journals. Returns how it ended, as
-    status.json's ``jobs`` records it."""
+    status.json's ``jobs`` records it, and the points its sweep returned."""
     config = campaign.configs[job.config]
     config_dir = run_dir / hosts[0] / config.name
     url, servers = _servers(campaign, config, hosts, config_dir, deviation)
@@ -368,6 +393,7 @@ def run_job(
             )
     failure: dict[str, str] = {}
     times: dict[str, float | None] = {}
+    points: list[dict[str, Any]] = []
     healthy_at = None
     try:
         deadline = time.monotonic() + 30
@@ -383,14 +409,14 @@ def run_job(
             (config_dir / "server_info.json").write_text(json.dumps(info, indent=2) + "\n")
             for server in servers:
                 (server.directory / "host.json").write_text(json.dumps(host_facts(), indent=2) + "\n")
-            failure, times = _sweep_job(campaign, job, host=hosts[0], url=url, config_dir=config_dir)
+            failure, times, points = _sweep_job(campaign, job, host=hosts[0], url=url, config_dir=config_dir)
     finally:
         for process in processes:
             process.terminate()
         for process in processes:
             process.wait(timeout=10)
     failed = Failure.from_json(failure) if failure else None
-    return JobStatus(
+    status = JobStatus(
         job=job.id,
         repeats=job.repeats,
         hosts=tuple(hosts),
@@ -409,6 +435,7 @@ def run_job(
             "last_point_ended_at": times.get("last_point_ended_at"),
         },
     )
+    return status, points
 
 
 def write_job_statuses(run_dir: Path, campaign: Campaign, jobs: Sequence[tuple[str, JobStatus]]) -> None:
@@ -440,7 +467,8 @@ def build_fleet_run(
 ) -> Path:
     """``results_root/<campaign>/<run_id>`` of a campaign run over ``hosts`` (one pool), each job of the
     plan run in its order on the hosts ``placed`` names for its id (rank 0 first), else on those the
-    queue's own algorithm gives it (``fairbench.fleet.queue.predict``).
+    queue's own algorithm gives it (``fairbench.fleet.queue.predict``); a job the queue adds (automatic
+    repeats) on the first hosts it may take.
     ``facts``: fleet facts of a host that differ from FLEET_FACTS; a difference the campaign does not
     accept stops the run, as the fleet's check does (ValueError)."""
     run_dir = results_root / campaign.name / run_id
@@ -460,17 +488,23 @@ def build_fleet_run(
         excluded={},
         equivalence=equivalence.to_json(),
         sticky={},
+        repeats=campaign.workload.repeats,
     )
     # Unless the test places a job, it runs where the queue would put it if every job took as long.
     predicted = {job["id"]: job["hosts"] for led in predict(queue, hosts).values() for job in led}
+    state = QueueState(queue)
     ended = []
-    for job, queued in zip(jobs, queue["jobs"], strict=True):
-        on = tuple((placed or {}).get(job.id, ()) or predicted[job.id])
-        queued |= {"state": "running", "hosts": list(on), "claimed_at": time.time()}
-        status = run_job(campaign, job, on, run_dir, (deviations or {}).get(job.config, Deviation()))
+    index = 0
+    while index < len(state.jobs):  # the queue's finish may add jobs (automatic repeats)
+        queued = state.jobs[index]
+        index += 1
+        job = Job.from_json(queued)
+        on = tuple((placed or {}).get(job.id, ()) or predicted.get(job.id, ()) or job.hosts[: job.nodes])
+        queued |= {"state": RUNNING, "hosts": list(on), "claimed_at": time.time()}
+        status, points = run_job(campaign, job, on, run_dir, (deviations or {}).get(job.config, Deviation()))
         ended.append((job.config, status))
         reason = status.failure.reason if status.failure else None
-        queued |= {"state": FAILED if status.failure else OK, "reason": reason, "finished_at": time.time()}
+        state.finish(job.id, on[0], ok=not status.failure, reason=reason, now=time.time(), points=points)
     write_job_statuses(run_dir, campaign, ended)
     (run_dir / FLEET_FILE).write_text(json.dumps(queue, indent=2) + "\n")
     return run_dir
