@@ -14,6 +14,8 @@ from statistics import mean
 from tests.support import sweep_process
 from tests.support.sim_process import REPO, running_sim
 
+from fairbench.sim.predict import highest_concurrency_meeting, predict_point
+
 TEST_MODEL = "sim/test-model"
 
 
@@ -50,3 +52,52 @@ def test_an_open_loop_past_the_servers_capacity_falls_behind_its_target_and_its_
     assert mean(ttft_ms[-6:]) > mean(ttft_ms[:6]) + 1000
     assert fast["median_ttft_ms"] > 5 * slow["median_ttft_ms"]
     assert "steady_output_throughput" not in fast  # the steady window is a closed loop's
+
+
+def test_the_search_finds_the_highest_concurrency_under_an_slo_within_one_step_of_the_simulators_model(
+    tmp_path: Path,
+) -> None:
+    flags = ("--model-path", TEST_MODEL, "--sim-time-scale", "10", "--chunked-prefill-size", "4096")
+    input_len, output_len, resolution = 256, 32, 4
+
+    def prompts(concurrency: int) -> int:  # --prompts-per-level 2x, at least 16
+        return max(16, 2 * concurrency)
+
+    out = tmp_path / "run"
+    with running_sim(tmp_path, *flags) as sim:
+        config = sim.config()
+        # The limit halfway between the model's median TPOT at C=24 and C=25: the model's answer is 24, and
+        # the limit is as far from either point's prediction as it can be. The median, not the tail: the
+        # client sends a wave's requests over a few ms, and the first to arrive wait through the prefill of
+        # the rest, which the model (a wave arriving at once) leaves out of its tail.
+        limit = sum(point.percentile_ms("tpot", 50) for point in at) / 2
+        truth = highest_concurrency_meeting(
+            config, input_len, output_len, limits={"tpot_p50_ms": limit}, num_prompts=prompts, upper=64
+        )
+        swept = run_sweep(
+            sim.url,
+            out,
+            *("--concurrency", "1,64", "--input-len", str(input_len), "--output-len", str(output_len)),
+            *("--prompts-per-level", "2x", "--warmup", "0", f"--slo=tpot_p50_ms={limit}"),
+            *("--search-resolution", str(resolution)),
+        )
+    assert swept.returncode == 0, swept.stderr
+    assert truth is not None and 8 < truth < 60
+    points = sweep_process.points(out)
+    listed = [point for point in points if point["level_source"] == "listed"]
+    probes = [point for point in points if point["level_source"] == "bisect"]
+    assert [point["max_concurrency"] for point in listed] == [1, 64]
+    assert [point["slo_met"] for point in listed] == [True, False]
+    # Each probe halves the bracket between the last level that met the SLO and the first that missed it.
+    met, missed = 1, 64
+    for probe in probes:
+        assert probe["max_concurrency"] == (met + missed) // 2
+        assert probe["slo_met"] == (probe["slo_measured"]["tpot_p50_ms"] <= limit)
+        if probe["slo_met"]:
+            met = probe["max_concurrency"]
+        else:
+            missed = probe["max_concurrency"]
+    assert missed - met <= resolution < 2 * (missed - met)
+    assert abs(met - truth) <= resolution, f"found {met}, the model says {truth}"
+    for point in probes:  # each probe is a point like any other, with its requests on disk
+        assert len(sweep_process.requests_of(out, point["point_id"])) == prompts(point["max_concurrency"])
