@@ -14,7 +14,7 @@ from statistics import mean
 from tests.support import sweep_process
 from tests.support.sim_process import REPO, running_sim
 
-from fairbench.sim.predict import highest_concurrency_meeting, predict_point
+from fairbench.sim.predict import highest_concurrency_meeting
 
 TEST_MODEL = "sim/test-model"
 
@@ -70,6 +70,7 @@ def test_the_search_finds_the_highest_concurrency_under_an_slo_within_one_step_o
         # the limit is as far from either point's prediction as it can be. The median, not the tail: the
         # client sends a wave's requests over a few ms, and the first to arrive wait through the prefill of
         # the rest, which the model (a wave arriving at once) leaves out of its tail.
+        at = [predict_point(config, input_len, output_len, c, prompts(c), as_served=True) for c in (24, 25)]
         limit = sum(point.percentile_ms("tpot", 50) for point in at) / 2
         truth = highest_concurrency_meeting(
             config, input_len, output_len, limits={"tpot_p50_ms": limit}, num_prompts=prompts, upper=64
