@@ -14,7 +14,7 @@ from statistics import mean
 from tests.support import sweep_process
 from tests.support.sim_process import REPO, running_sim
 
-from fairbench.sim.predict import highest_concurrency_meeting
+from fairbench.sim.predict import highest_concurrency_meeting, predict_point
 
 TEST_MODEL = "sim/test-model"
 
