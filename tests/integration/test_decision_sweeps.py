@@ -9,11 +9,12 @@ told to inject), never numbers written into the test.
 from __future__ import annotations
 
 from pathlib import Path
-from statistics import mean
+from statistics import mean, stdev
 
 from tests.support import sweep_process
-from tests.support.sim_process import REPO, running_sim
+from tests.support.sim_process import REPO, running_sim, running_sims
 
+from fairbench.measure.repeats import AutoRepeats, stop_reason
 from fairbench.sim.predict import highest_concurrency_meeting, predict_point
 
 TEST_MODEL = "sim/test-model"
@@ -102,3 +103,47 @@ def test_the_search_finds_the_highest_concurrency_under_an_slo_within_one_step_o
     assert abs(met - truth) <= resolution, f"found {met}, the model says {truth}"
     for point in probes:  # each probe is a point like any other, with its requests on disk
         assert len(sweep_process.requests_of(out, point["point_id"])) == prompts(point["max_concurrency"])
+
+
+def _by_level(points: list[dict[str, object]]) -> dict[object, list[dict[str, object]]]:
+    levels: dict[object, list[dict[str, object]]] = {}
+    for point in points:
+        levels.setdefault(point["max_concurrency"], []).append(point)
+    return levels
+
+
+def test_automatic_repeats_go_on_while_the_injected_noise_keeps_the_interval_wide(tmp_path: Path) -> None:
+    # The same server twice: without noise, and with 6 % run-to-run variation (one speed factor per point,
+    # seeded). Repeats go on until a level's 95 % interval is within ±3 %, 3 to 7 times.
+    common = ("--model-path", TEST_MODEL, "--sim-time-scale", "5")
+    sweep_args = (
+        *("--concurrency", "4,16", "--input-len", "64", "--output-len", "16"),
+        *("--prompts-per-level", "16", "--warmup", "0", "--repeats", "auto:3:7:3"),
+    )
+    quiet_out, noisy_out = tmp_path / "quiet", tmp_path / "noisy"
+    with running_sims(tmp_path, common, (*common, "--sim-noise", "6", "--sim-seed", "3")) as (quiet, noisy):
+        for sim, out in ((quiet, quiet_out), (noisy, noisy_out)):
+            swept = run_sweep(sim.url, out, *sweep_args)
+            assert swept.returncode == 0, swept.stderr
+    policy = AutoRepeats(3, 7, 3.0)
+    for out in (quiet_out, noisy_out):
+        points = sweep_process.points(out)
+        for level, measured in _by_level(points).items():
+            values = [float(point["output_throughput"]) for point in measured]
+            assert [point["repeat"] for point in measured] == list(range(len(measured)))
+            # Each repeat was taken because the ones before left the interval too wide, and the last says
+            # why there is no other: the rule, recomputed from the points themselves.
+            for count in range(policy.minimum, len(values)):
+                assert stop_reason(values[:count], policy) is None, (level, count)
+            assert measured[-1]["repeats_stopped"] == stop_reason(values, policy)
+            assert all("repeats_stopped" not in point for point in measured[:-1])
+    quiet_levels = _by_level(sweep_process.points(quiet_out))
+    noisy_levels = _by_level(sweep_process.points(noisy_out))
+    assert all(len(measured) == 3 for measured in quiet_levels.values())  # steady: the minimum suffices
+    assert sum(len(measured) for measured in noisy_levels.values()) > 6  # noise: more were needed
+    # The extra repeats go round the levels that need them, the fewest repeats first.
+    extra = [(point["max_concurrency"], point["repeat"]) for point in sweep_process.points(noisy_out)[6:]]
+    assert extra == sorted(extra, key=lambda level_repeat: (level_repeat[1], level_repeat[0]))
+    noisy_values = [float(point["output_throughput"]) for point in noisy_levels[16]]
+    quiet_values = [float(point["output_throughput"]) for point in quiet_levels[16]]
+    assert stdev(noisy_values) / mean(noisy_values) > 2 * stdev(quiet_values) / mean(quiet_values)
