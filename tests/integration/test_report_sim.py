@@ -199,7 +199,11 @@ def test_declared_differences_are_intended_and_nothing_is_flagged_in_a_fair_run(
 def test_an_undeclared_cuda_graph_difference_is_flagged_on_the_first_screen(runs: dict[str, Path]) -> None:
     report = (runs["unfair"] / "report.md").read_text()
     first_screen = report[: report.index("## Headline")]
-    assert len(first_screen.splitlines()) < 25
+    assert len([line for line in first_screen.splitlines() if line]) < 25
+    # The verdict comes first and points at the threats, which follow it on the first screen.
+    assert (
+        "**Caution**: 2 undeclared setting difference(s)" in _section(report, "## Verdict").split("\n- ")[0]
+    )
     assert "[!CAUTION]" in first_screen and "Not a fair comparison" in first_screen
     assert "server `cuda_graph_backend_decode`: tp8: `disabled`; ep4, ep8: `none`" in first_screen
     assert "| THREAT | server | `cuda_graph_backend_decode` | disabled | none |" in report

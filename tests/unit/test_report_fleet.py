@@ -494,6 +494,7 @@ def test_a_run_from_before_fleets_reports_as_it_did(tmp_path: Path) -> None:
     headings = [line for line in report.splitlines() if line.startswith("#")]
     assert headings == [
         "# demo: run old",
+        "## Verdict",
         "## Headline",
         "### Comparisons",
         "## Plots",

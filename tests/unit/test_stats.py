@@ -1,8 +1,9 @@
-"""Confidence intervals, Welch's comparison and the Pareto frontier used by the report.
+"""Confidence intervals, Welch's comparison, p-values, Holm's correction and the Pareto frontier used by
+the report.
 
-Expected t quantiles come from integrating Student's t density here (Simpson's rule) and inverting
-its CDF by bisection, not from stats.py's table; Welch's standard error and degrees of freedom are
-recomputed here from the samples with the statistics module.
+Expected t quantiles and probabilities come from integrating Student's t density here (Simpson's rule)
+and inverting its CDF by bisection, not from stats.py's table or its incomplete beta function; Welch's
+standard error and degrees of freedom are recomputed here from the samples with the statistics module.
 """
 
 from __future__ import annotations
@@ -15,7 +16,21 @@ from functools import cache
 
 import pytest
 
-from fairbench.measure.stats import NORMAL_975, compare, estimate, sample_std, t_quantile_975
+from fairbench.measure.stats import (
+    NORMAL_975,
+    compare,
+    difference_interval_pct,
+    estimate,
+    holm,
+    holm_adjusted,
+    regularized_incomplete_beta,
+    sample_std,
+    t_cdf,
+    t_quantile,
+    t_quantile_975,
+    t_two_sided_p,
+    welch_p_value,
+)
 from fairbench.report.summary import pareto_frontier
 
 TABLE_ROWS = (*range(1, 31), 40, 60, 120)
@@ -242,6 +257,120 @@ def test_welch_with_one_steady_sample_has_the_other_samples_n_minus_1_df() -> No
     steady = [BASELINE] * 3
     assert compare(_sample(5, 3.0, BASELINE + critical * (1 + MARGIN)), steady).significant is True
     assert compare(_sample(5, 3.0, BASELINE + critical * (1 - MARGIN)), steady).significant is False
+
+
+# --- Student's t distribution and p-values ----------------------------------------------------------------
+
+PROBABILITY_TOLERANCE = 1e-6
+"""Simpson's rule at SIMPSON_STEP integrates the density to well within this (its error falls as the
+step's fourth power); the incomplete beta's continued fraction is good to about 1e-14."""
+
+
+def _integrated_cdf(t: float, df: float) -> float:
+    """P(T <= t) as 1/2 plus the density's integral from 0 to t (it is symmetric about 0)."""
+    area = _simpson(_t_density(df), 0.0, abs(t)) if t else 0.0
+    return 0.5 + math.copysign(area, t)
+
+
+@pytest.mark.parametrize("df", [1, 2, 3, 4.5, 10, 29.3, 120, math.inf])
+@pytest.mark.parametrize("t", [-3.0, -0.7, 0.0, 0.4, 1.5, 2.5, 6.0])
+def test_the_t_cdf_is_the_integral_of_the_t_density(t: float, df: float) -> None:
+    assert t_cdf(t, df) == pytest.approx(_integrated_cdf(t, df), abs=PROBABILITY_TOLERANCE)
+    assert t_two_sided_p(t, df) == pytest.approx(2 * (1 - _integrated_cdf(abs(t), df)), abs=2e-6)
+
+
+@pytest.mark.parametrize("t", [0.1, 1.0, 2.0, 12.706, 100.0])
+def test_the_t_cdf_matches_the_closed_forms_of_one_and_two_degrees_of_freedom(t: float) -> None:
+    # df 1 is Cauchy's: 1/2 + atan(t)/pi; df 2: 1/2 + t / (2 sqrt(2 + t^2)).
+    assert t_cdf(t, 1) == pytest.approx(0.5 + math.atan(t) / math.pi, abs=1e-12)
+    assert t_cdf(-t, 2) == pytest.approx(0.5 - t / (2 * math.sqrt(2 + t * t)), abs=1e-12)
+
+
+@pytest.mark.parametrize("df", TABLE_ROWS)
+def test_the_exact_t_quantile_inverts_the_cdf_and_rounds_to_the_table(df: int) -> None:
+    assert t_cdf(_exact_t_975(df), df) == pytest.approx(0.975, abs=PROBABILITY_TOLERANCE)
+    assert t_quantile(0.975, df) == pytest.approx(_exact_t_975(df), abs=1e-6)
+    assert round(t_quantile(0.975, df), 3) == t_quantile_975(df)
+    assert t_quantile(0.025, df) == -t_quantile(0.975, df)
+
+
+def test_the_incomplete_beta_matches_its_closed_forms() -> None:
+    for x in (0.0, 0.01, 0.3, 0.5, 0.77, 0.999, 1.0):
+        assert regularized_incomplete_beta(x, 2.5, 1) == pytest.approx(x**2.5, abs=1e-12)
+        assert regularized_incomplete_beta(x, 1, 3.5) == pytest.approx(1 - (1 - x) ** 3.5, abs=1e-12)
+    assert regularized_incomplete_beta(0.5, 7.3, 7.3) == pytest.approx(0.5, abs=1e-12)
+    with pytest.raises(ValueError, match="0 <= x <= 1"):
+        regularized_incomplete_beta(1.5, 1, 1)
+
+
+@pytest.mark.parametrize("spreads", SPREADS.values(), ids=SPREADS.keys())
+def test_welchs_p_value_is_the_t_tail_beyond_the_samples_t(spreads: Spreads) -> None:
+    values_b = _sample(spreads.count_b, spreads.std_b, BASELINE)
+    values_a = _sample(spreads.count_a, spreads.std_a, BASELINE + 2.5 * spreads.std_a)
+    welch = _welch(values_a, values_b)
+    t = (statistics.mean(values_a) - statistics.mean(values_b)) / welch.standard_error
+    expected = 2 * (1 - _integrated_cdf(abs(t), welch.df))
+    assert welch_p_value(values_a, values_b) == pytest.approx(expected, abs=2e-6)
+    assert compare(values_a, values_b).p_value == welch_p_value(values_a, values_b)
+
+
+@pytest.mark.parametrize("spreads", SPREADS.values(), ids=SPREADS.keys())
+def test_the_difference_interval_excludes_0_exactly_when_p_is_below_5_percent(spreads: Spreads) -> None:
+    values_b = _sample(spreads.count_b, spreads.std_b, BASELINE)
+    welch = _welch(_sample(spreads.count_a, spreads.std_a, BASELINE), values_b)
+    # The critical difference at the unrounded df and the exact quantile (not the table's).
+    critical = _exact_t_975(welch.df) * welch.standard_error
+    for ratio, below_5_percent in ((1 + MARGIN, True), (1 - MARGIN, False)):
+        values_a = _sample(spreads.count_a, spreads.std_a, BASELINE + ratio * critical)
+        p_value = welch_p_value(values_a, values_b)
+        interval = difference_interval_pct(values_a, values_b)
+        assert p_value is not None and interval is not None
+        assert (p_value < 0.05) is below_5_percent
+        assert (interval[0] > 0) is below_5_percent
+        middle = (statistics.mean(values_a) - BASELINE) / BASELINE * 100
+        assert (interval[0] + interval[1]) / 2 == pytest.approx(middle, rel=1e-9)
+        assert interval[1] - interval[0] == pytest.approx(2 * critical / BASELINE * 100, rel=1e-5)
+
+
+def test_without_two_repeats_or_spread_the_p_value_and_interval_say_so() -> None:
+    assert welch_p_value([1.0], [1.0, 2.0]) is None
+    assert difference_interval_pct([1.0, 2.0], [1.0]) is None
+    assert difference_interval_pct([1.0, 2.0], [0.0, 0.0]) is None  # no percentage of 0
+    assert welch_p_value([5.0, 5.0], [4.0, 4.0]) == 0.0
+    assert welch_p_value([5.0, 5.0], [5.0, 5.0]) == 1.0
+    assert difference_interval_pct([5.0, 5.0], [4.0, 4.0]) == (25.0, 25.0)
+    assert compare([110.0], [100.0]).p_value is None
+
+
+# --- Holm-Bonferroni --------------------------------------------------------------------------------------
+
+
+def test_holm_rejects_the_smallest_p_values_while_each_is_within_alpha_over_the_hypotheses_left() -> None:
+    # Sorted: 0.005 <= 0.05/4, 0.01 <= 0.05/3, 0.03 > 0.05/2: stop; 0.04 is kept though <= 0.05/1.
+    assert holm([0.01, 0.04, 0.03, 0.005]) == [True, False, False, True]
+    assert holm_adjusted([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    # The first failure stops it: 0.02 > 0.05/3 keeps all three, though 0.02 <= 0.05/1.
+    assert holm([0.02, 0.02, 0.02]) == [False, False, False]
+    assert holm([0.02, 0.02, 0.02], alpha=0.06) == [True, True, True]
+    # One hypothesis: the test alone.
+    assert holm([0.049]) == [True] and holm([0.051]) == [False]
+    assert holm([]) == [] and holm_adjusted([]) == []
+
+
+def test_holm_rejects_exactly_where_its_adjusted_p_value_is_within_alpha() -> None:
+    cases = [
+        [0.001, 0.2, 0.012, 0.013, 0.04, 0.0125],
+        [0.5, 0.5, 0.0001],
+        [0.01, 0.01, 0.01, 0.011],
+        [k / 97 for k in range(1, 12)],
+    ]
+    for p_values in cases:
+        adjusted = holm_adjusted(p_values)
+        for alpha in (0.01, 0.05, 0.1):
+            assert holm(p_values, alpha) == [value <= alpha for value in adjusted]
+        # Holm never rejects what the uncorrected test keeps, and rejects what Bonferroni does.
+        assert all(p <= q <= 1 for p, q in zip(p_values, adjusted, strict=True))
+        assert all(q <= min(1.0, len(p_values) * p) for p, q in zip(p_values, adjusted, strict=True))
 
 
 def test_the_pareto_frontier_keeps_the_points_nothing_beats_in_both_coordinates() -> None:

@@ -3,7 +3,9 @@
 A point measured ``n`` times (the campaign's ``repeats``) gives ``n`` values of each metric. Their mean
 is reported with a 95 % confidence interval, and two configs are compared with Welch's t-test, which
 does not assume both have the same run-to-run spread. Both need the 0.975 quantile of Student's t
-distribution, taken from a table (no scipy: the report must run wherever fairbench runs).
+distribution, taken from a table (no scipy: the report must run wherever fairbench runs). A test's
+p-value needs Student's t distribution itself: computed here from the regularized incomplete beta
+function. Many tests at once (a verdict over every pair of configs) are corrected with Holm's method.
 """
 
 from __future__ import annotations
@@ -77,6 +79,33 @@ class Comparison:
     """(mean_a - mean_b) / mean_b * 100; inf when mean_b is 0 and mean_a is not, 0 when both are 0."""
     significant: bool | None
     """Whether the 95 % interval of mean_a - mean_b excludes 0 (Welch); None when either has one value."""
+    p_value: float | None = None
+    """Welch's two-sided p-value (:func:`welch_p_value`); None when either has one value."""
+
+
+@dataclass(frozen=True)
+class _Welch:
+    """Welch's standard error of mean_a - mean_b and its Welch-Satterthwaite degrees of freedom."""
+
+    difference: float
+    standard_error: float
+    df: float
+
+
+def _welch(values_a: Sequence[float], values_b: Sequence[float]) -> _Welch | None:
+    """se = sqrt(s_a^2/n_a + s_b^2/n_b), df = se^4 / ((s_a^2/n_a)^2/(n_a-1) + (s_b^2/n_b)^2/(n_b-1));
+    None with fewer than two values on a side; df infinite when both spreads are 0."""
+    if len(values_a) < 2 or len(values_b) < 2:
+        return None
+    share_a = sample_std(values_a) ** 2 / len(values_a)
+    share_b = sample_std(values_b) ** 2 / len(values_b)
+    standard_error = math.sqrt(share_a + share_b)
+    difference = mean(values_a) - mean(values_b)
+    if standard_error == 0:
+        return _Welch(difference, 0.0, math.inf)
+    df = standard_error**4 / (share_a**2 / (len(values_a) - 1) + share_b**2 / (len(values_b) - 1))
+    # >= min(n_a, n_b) - 1 >= 1 in exact arithmetic; rounding may dip below
+    return _Welch(difference, standard_error, max(df, 1.0))
 
 
 def compare(values_a: Sequence[float], values_b: Sequence[float]) -> Comparison:
@@ -86,16 +115,171 @@ def compare(values_a: Sequence[float], values_b: Sequence[float]) -> Comparison:
     Welch-Satterthwaite df = se^4 / ((s_a^2/n_a)^2/(n_a-1) + (s_b^2/n_b)^2/(n_b-1)), and the
     difference is significant when |m_a - m_b| > t(0.975, df) * se. When both spreads are 0, any
     difference of the means is significant (every repeat measured the same, so nothing is noise).
+    The p-value is :func:`welch_p_value`'s.
     """
     mean_a, mean_b = mean(values_a), mean(values_b)
     relative = (mean_a - mean_b) / mean_b * 100 if mean_b else (0.0 if mean_a == mean_b else math.inf)
-    if len(values_a) < 2 or len(values_b) < 2:
+    welch = _welch(values_a, values_b)
+    if welch is None:
         return Comparison(relative, None)
-    share_a = sample_std(values_a) ** 2 / len(values_a)
-    share_b = sample_std(values_b) ** 2 / len(values_b)
-    standard_error = math.sqrt(share_a + share_b)
-    if standard_error == 0:
-        return Comparison(relative, mean_a != mean_b)
-    df = standard_error**4 / (share_a**2 / (len(values_a) - 1) + share_b**2 / (len(values_b) - 1))
-    df = max(df, 1.0)  # >= min(n_a, n_b) - 1 >= 1 in exact arithmetic; rounding may dip below
-    return Comparison(relative, abs(mean_a - mean_b) > t_quantile_975(df) * standard_error)
+    p_value = _p_value(welch)
+    if welch.standard_error == 0:
+        return Comparison(relative, mean_a != mean_b, p_value)
+    significant = abs(welch.difference) > t_quantile_975(welch.df) * welch.standard_error
+    return Comparison(relative, significant, p_value)
+
+
+# --- p-values ------------------------------------------------------------------------------------------
+
+_FRACTION_TERMS = 500
+"""Most terms of the continued fraction: it converges in O(sqrt(max(a, b))) terms, a few dozen here."""
+_FRACTION_EPSILON = 1e-15
+"""Stop when a term changes the fraction by less than this, relatively (double precision)."""
+_TINY = 1e-300
+"""What the modified Lentz method puts for a denominator that would be 0."""
+
+
+def _beta_fraction(x: float, a: float, b: float) -> float:
+    """The continued fraction 1 / (1 + d_1 / (1 + d_2 / (1 + ...))) of
+    :func:`regularized_incomplete_beta`, by the modified Lentz method: f_k = C_k D_k f_(k-1) with
+    D_k = 1 / (1 + d_k D_(k-1)) and C_k = 1 + d_k / C_(k-1), each 0 replaced by a tiny number."""
+
+    def nonzero(value: float) -> float:
+        return value if abs(value) > _TINY else _TINY
+
+    upper = 1.0
+    lower = 1.0 / nonzero(1.0 - (a + b) * x / (a + 1.0))  # d_1 = -(a + b) x / (a + 1)
+    fraction = lower
+    for m in range(1, _FRACTION_TERMS + 1):
+        even = m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m))  # d_(2m)
+        odd = -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))  # d_(2m+1)
+        for term in (even, odd):
+            lower = 1.0 / nonzero(1.0 + term * lower)
+            upper = nonzero(1.0 + term / upper)
+            fraction *= lower * upper
+        if abs(lower * upper - 1.0) < _FRACTION_EPSILON:
+            return fraction
+    raise ArithmeticError(f"the incomplete beta's continued fraction did not converge for {x=}, {a=}, {b=}")
+
+
+def regularized_incomplete_beta(x: float, a: float, b: float) -> float:
+    """I_x(a, b) = (1 / B(a, b)) * integral from 0 to x of t^(a-1) (1 - t)^(b-1) dt, for 0 <= x <= 1 and
+    a, b > 0 (B the beta function).
+
+    By its continued fraction (Abramowitz & Stegun 26.5.8):
+    I_x(a, b) = x^a (1 - x)^b / (a B(a, b)) * 1 / (1 + d_1 / (1 + d_2 / (1 + ...))), with
+    d_(2m+1) = -(a + m)(a + b + m) x / ((a + 2m)(a + 2m + 1)) and
+    d_(2m) = m (b - m) x / ((a + 2m - 1)(a + 2m)),
+    which converges quickly for x < (a + 1) / (a + b + 2); above that, I_x(a, b) = 1 - I_(1-x)(b, a).
+    """
+    if not (0.0 <= x <= 1.0 and a > 0 and b > 0):
+        raise ValueError(f"the incomplete beta needs 0 <= x <= 1 and a, b > 0, got {x=}, {a=}, {b=}")
+    if x in (0.0, 1.0):
+        return x
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    if x < (a + 1) / (a + b + 2):
+        return math.exp(log_front) * _beta_fraction(x, a, b) / a
+    return 1.0 - math.exp(log_front) * _beta_fraction(1.0 - x, b, a) / b
+
+
+def t_two_sided_p(t: float, df: float) -> float:
+    """P(|T| >= |t|) for Student's T with ``df`` degrees of freedom: I_(df / (df + t^2))(df / 2, 1 / 2)
+    (A&S 26.7.1); for df = inf the normal's erfc(|t| / sqrt(2))."""
+    if not df > 0:
+        raise ValueError(f"degrees of freedom must be positive, got {df}")
+    if math.isinf(t):
+        return 0.0
+    if math.isinf(df):
+        return math.erfc(abs(t) / math.sqrt(2))
+    return regularized_incomplete_beta(df / (df + t * t), df / 2, 0.5)
+
+
+def t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's T with ``df`` degrees of freedom: 1 - p / 2 for t >= 0 and p / 2 below,
+    p = :func:`t_two_sided_p` (the distribution is symmetric about 0)."""
+    half_tail = t_two_sided_p(t, df) / 2
+    return 1.0 - half_tail if t >= 0 else half_tail
+
+
+def t_quantile(probability: float, df: float) -> float:
+    """The t with P(T <= t) = ``probability`` (0 < probability < 1) for Student's T with ``df`` degrees
+    of freedom: by bisection on :func:`t_cdf`, which rises with t, to a relative 1e-12 (the quantile of
+    1 - probability is its negative, by symmetry)."""
+    if not 0 < probability < 1:
+        raise ValueError(f"a quantile needs 0 < probability < 1, got {probability}")
+    if probability < 0.5:
+        return -t_quantile(1 - probability, df)
+    low, high = 0.0, 1.0
+    while t_cdf(high, df) < probability:
+        low, high = high, 2 * high
+    while high - low > 1e-12 * high:
+        middle = (low + high) / 2
+        low, high = (middle, high) if t_cdf(middle, df) < probability else (low, middle)
+    return (low + high) / 2
+
+
+def _p_value(welch: _Welch) -> float:
+    if welch.standard_error == 0:
+        return 0.0 if welch.difference else 1.0
+    return t_two_sided_p(welch.difference / welch.standard_error, welch.df)
+
+
+def welch_p_value(values_a: Sequence[float], values_b: Sequence[float]) -> float | None:
+    """The two-sided p-value of Welch's t-test of equal means: with t = (m_a - m_b) / se and the
+    Welch-Satterthwaite df (unrounded, as :func:`compare` gives them), p = P(|T_df| >= |t|). When both
+    spreads are 0: 0 when the means differ, 1 when they are equal. None with fewer than two values on a
+    side."""
+    welch = _welch(values_a, values_b)
+    return None if welch is None else _p_value(welch)
+
+
+def difference_interval_pct(
+    values_a: Sequence[float], values_b: Sequence[float]
+) -> tuple[float, float] | None:
+    """The 95 % confidence interval of mean_a - mean_b (Welch) as a percentage of mean_b:
+    100 * (m_a - m_b -+ t(0.975, df) * se) / m_b, low first, with se and the unrounded df as in
+    :func:`welch_p_value` and the exact quantile (:func:`t_quantile`), so the interval excludes 0 exactly
+    when that p-value is below 0.05. (``compare``'s table t, at the df rounded down to a table row, is no
+    smaller but for the table's rounding, so its test is a little stricter near the boundary.) None with
+    fewer than two values on a side, or when mean_b is 0 (no percentage of it)."""
+    welch = _welch(values_a, values_b)
+    reference = mean(values_b)
+    if welch is None or reference == 0:
+        return None
+    half_width = 0.0 if welch.standard_error == 0 else t_quantile(0.975, welch.df) * welch.standard_error
+    bounds = sorted(100 * (welch.difference + sign * half_width) / reference for sign in (-1, 1))
+    return bounds[0], bounds[1]
+
+
+# --- many tests at once --------------------------------------------------------------------------------
+
+ALPHA = 0.05
+"""The family-wise error rate of :func:`holm`: the chance that any of its rejections is a false one."""
+
+
+def holm(p_values: Sequence[float], alpha: float = ALPHA) -> list[bool]:
+    """Holm-Bonferroni: which hypotheses to reject, in the input's order, so that the chance of any false
+    rejection among all m is at most ``alpha``.
+
+    Sort the p-values ascending, p_(1) <= ... <= p_(m); reject p_(i) while p_(i) <= alpha / (m - i + 1)
+    for i = 1, 2, ..., and stop at the first that is not (it and every larger one are kept).
+    """
+    order = sorted(range(len(p_values)), key=lambda index: p_values[index])
+    rejected = [False] * len(p_values)
+    for rank, index in enumerate(order, start=1):
+        if not p_values[index] <= alpha / (len(p_values) - rank + 1):
+            break
+        rejected[index] = True
+    return rejected
+
+
+def holm_adjusted(p_values: Sequence[float]) -> list[float]:
+    """Holm's adjusted p-values, in the input's order: p~_(i) = max over j <= i of min(1, (m - j + 1) p_(j))
+    for the ascending p_(1) <= ... <= p_(m). :func:`holm` rejects exactly those with p~ <= alpha."""
+    order = sorted(range(len(p_values)), key=lambda index: p_values[index])
+    adjusted = [1.0] * len(p_values)
+    running = 0.0
+    for rank, index in enumerate(order, start=1):
+        running = max(running, min(1.0, (len(p_values) - rank + 1) * p_values[index]))
+        adjusted[index] = running
+    return adjusted

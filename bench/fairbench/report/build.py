@@ -15,6 +15,7 @@ from fairbench.report.markdown import render_markdown
 from fairbench.report.nccl import nccl_blocks
 from fairbench.report.plots import LINE_STYLES, Line, color_of, render_plots
 from fairbench.report.summary import Headline, headline
+from fairbench.report.verdict import campaign_slo
 
 PLOTS_DIR = "plots"
 
@@ -42,6 +43,7 @@ def _lines(runs: Sequence[Run], headlines: Sequence[Sequence[Headline]]) -> list
                     color=color_of(result.name, configs),
                     style=LINE_STYLES[style_index % len(LINE_STYLES)],
                     levels=line.levels,
+                    gpus=line.gpus,
                 )
             )
     return lines
@@ -70,7 +72,9 @@ def write_report(runs: Sequence[Run], out_dir: Path) -> list[Path]:
     """report.md, report.html and plots/*.png of one run, or of run B against run A; returns their paths."""
     lines = headlines(runs)
     out_dir.mkdir(parents=True, exist_ok=True)
-    plots = render_plots(_lines(runs, lines), out_dir / PLOTS_DIR)
+    # The objectives of each run, each once (two runs of one campaign usually share them).
+    slo = list(dict.fromkeys(target for run in runs for target in campaign_slo(run.campaign)[0]))
+    plots = render_plots(_lines(runs, lines), out_dir / PLOTS_DIR, slo)
     title, blocks = report_blocks(runs, lines, [plot.relative_to(out_dir) for plot in plots])
     markdown_path = out_dir / "report.md"
     html_path = out_dir / "report.html"

@@ -1,5 +1,7 @@
-"""What the report says, in order, as blocks: the first screen holds the verdict on fairness (threats,
-failed configs, campaign warnings, confidence), then the headline table; details follow.
+"""What the report says, in order, as blocks: the first screen holds the verdict (which config is best in
+each regime, by how much, how sure: ``report.verdict``), then what the verdict rests on (threats to
+fairness, failed configs, campaign warnings, confidence) and the Pareto plot; the headline table and the
+details follow.
 
 One run: ``run_blocks``. Two runs of one campaign side by side: ``comparison_blocks``. What a config is
 follows the run's placement (``Run.configs``): under ``spread`` a config merged over its hosts, named by
@@ -14,9 +16,24 @@ from pathlib import Path
 from typing import Any
 
 from fairbench.campaign.model import SPREAD
+from fairbench.measure.repeats import AutoRepeats, repeats_from_json
 from fairbench.report.blocks import Alert, Block, BulletList, Figure, Heading, Paragraph, Preformatted, Table
-from fairbench.report.differences import IGNORED_FIELDS, PairDifferences, Threat, matched_configs, threats
-from fairbench.report.figures import ENERGY_COLUMNS, LEVEL_COLUMNS, THROUGHPUT, TOKENS_PER_JOULE
+from fairbench.report.differences import (
+    IGNORED_FIELDS,
+    PairDifferences,
+    Threat,
+    accepted_threats,
+    matched_configs,
+    threats,
+)
+from fairbench.report.figures import (
+    ENERGY_COLUMNS,
+    LEVEL_COLUMNS,
+    SLO_ATTAINMENT,
+    SLO_COLUMNS,
+    THROUGHPUT,
+    TOKENS_PER_JOULE,
+)
 from fairbench.report.fleet_blocks import (
     accepted_alert,
     accepted_rows,
@@ -26,9 +43,10 @@ from fairbench.report.fleet_blocks import (
     overhead_blocks,
     repeats_note,
 )
-from fairbench.report.formatting import Label, change, figure, labeller, setting_values
+from fairbench.report.formatting import Label, change, corrected_change, figure, labeller, setting_values
 from fairbench.report.load import ConfigResult, ConfigRun, Job, Run
-from fairbench.report.summary import Headline, Level, compare_of, estimate_of, pairwise
+from fairbench.report.summary import SLO_MET, Headline, Level, estimate_of, pairwise
+from fairbench.report.verdict import campaign_slo, objectives_text, run_changes, verdict, verdict_blocks
 
 MISSING_FIGURE = (
     "`-`: not measured: the points lack the figure, or it is a latency (or the per-user speed) of a level "
@@ -145,21 +163,66 @@ def _failed_alert(configs: Sequence[ConfigRun], label: Label) -> Alert | None:
     return Alert("warning", f"{len(failed)} config(s) did not finish: see Failed configs below.", items)
 
 
-def _confidence_alert(repeats: int) -> Alert:
-    if repeats >= 2:
+INTERVALS = (
+    "figures are mean ± 95 % confidence interval (Student t); comparisons are Welch's t-test at the 5 % level"
+)
+
+
+def _repeats(setting: object) -> int | AutoRepeats | None:
+    """campaign.json's ``workload.repeats`` (``measure.repeats``); None when it is neither form."""
+    try:
+        return repeats_from_json(setting)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _confidence_alert(setting: object, headlines: Sequence[Headline]) -> Alert:
+    """What the intervals and tests rest on: the repeats, fixed or automatic (then what each level got)."""
+    repeats = _repeats(setting)
+    if isinstance(repeats, AutoRepeats):
+        counts = [len(level.points) for line in headlines for level in line.levels]
+        got = (
+            f"the {len(counts)} level(s) measured got {min(counts)} to {max(counts)}, "
+            f"{sum(count >= repeats.maximum for count in counts)} the maximum (each level's table says "
+            "why its repeats stopped)"
+            if counts
+            else "no level was measured"
+        )
         return Alert(
             "note",
-            f"{repeats} repeats: figures are mean ± 95 % confidence interval (Student t); comparisons are "
-            "Welch's t-test at the 5 % level.",
+            f"Automatic repeats: each level measured {repeats.minimum} to {repeats.maximum} times, until "
+            f"its output throughput's 95 % interval was within ±{repeats.half_width_pct:g} % of its mean; "
+            f"{got}. Of the figures: {INTERVALS}.",
         )
+    if repeats is None:
+        return Alert("warning", f"`workload.repeats` is neither a count nor automatic: {setting!r}.")
+    if repeats >= 2:
+        return Alert("note", f"{repeats} repeats: {INTERVALS}.")
     return Alert(
         "warning",
         "One repeat: the run-to-run spread was not measured, so a difference smaller than it cannot be "
-        "trusted. Set `workload.repeats` to 2 or more for confidence intervals.",
+        "trusted. Set `workload.repeats` to 2 or more (or `auto`) for confidence intervals.",
     )
 
 
-def _first_screen(run: Run, pairs: Sequence[PairDifferences], label: Label) -> list[Block]:
+def _unfair_pointer(pairs: Sequence[PairDifferences], runs: Sequence[Run]) -> str | None:
+    """One line for the verdict when the first screen names threats to the comparison; None without."""
+    counts = {
+        "undeclared setting difference(s)": len(threats(pairs)),
+        "accepted host difference(s) touching the comparisons": len(accepted_threats(pairs)),
+        "host fact(s) differing within a pool": sum(len(run.fleet.refused) for run in runs if run.fleet),
+    }
+    found = [f"{count} {what}" for what, count in counts.items() if count]
+    if not found:
+        return None
+    return (
+        f"**Caution**: {', '.join(found)}, named below: the verdict may measure them rather than the configs."
+    )
+
+
+def _first_screen(
+    run: Run, pairs: Sequence[PairDifferences], label: Label, headlines: Sequence[Headline]
+) -> list[Block]:
     blocks: list[Block] = [
         *_fairness_alerts(
             pairs,
@@ -175,16 +238,46 @@ def _first_screen(run: Run, pairs: Sequence[PairDifferences], label: Label) -> l
     blocks += _file_alerts([run])
     if run.campaign.get("warnings"):
         blocks.append(Alert("warning", "The campaign's own warnings:", list(run.campaign["warnings"])))
-    blocks.append(_confidence_alert(int(run.campaign["workload"].get("repeats", 1))))
+    blocks.append(_confidence_alert(run.campaign["workload"].get("repeats", 1), headlines))
     return blocks
+
+
+def _repeats_text(setting: object) -> str:
+    repeats = _repeats(setting)
+    if isinstance(repeats, AutoRepeats):
+        return (
+            f"automatic repeats ({repeats.minimum} to {repeats.maximum}, until ±{repeats.half_width_pct:g} %)"
+        )
+    return f"{setting} repeat(s)"
+
+
+def _load_text(workload: dict[str, Any]) -> str:
+    """``concurrency 1, 8, 64`` (closed loop) or ``request rate 1, 2 req/s (poisson), at most 64 in
+    flight`` (open loop)."""
+    if "request_rate" in workload:
+        rates = ", ".join(f"{rate:g}" for rate in workload["request_rate"])
+        return (
+            f"request rate {rates} req/s ({workload.get('arrival', 'poisson')}), at most "
+            f"{workload.get('max_concurrency')} in flight"
+        )
+    return f"concurrency {', '.join(map(str, workload.get('concurrency', [])))}"
 
 
 def _campaign_line(run: Run) -> Paragraph:
     workload = run.campaign["workload"]
+    targets, _ = campaign_slo(run.campaign)
+    slo = f" SLO: {objectives_text(targets)}." if targets else ""
+    resolution = workload.get("search_resolution")
+    search = (
+        f" Each config's SLO limit searched for between its listed levels, to within {resolution} requests "
+        "in flight."
+        if resolution
+        else ""
+    )
     return Paragraph(
         f"Engine `{run.campaign['engine']}`, model `{run.campaign['model']}`. Workload: `{workload['api']}`, "
-        f"{workload['input_len']} tokens in, {workload['output_len']} out, concurrency "
-        f"{', '.join(map(str, workload['concurrency']))}, {workload.get('repeats', 1)} repeat(s)."
+        f"{workload['input_len']} tokens in, {workload['output_len']} out, {_load_text(workload)}, "
+        f"{_repeats_text(workload.get('repeats', 1))}.{slo}{search}"
     )
 
 
@@ -195,9 +288,11 @@ def _at(line: Headline, level: Level | None, key: str, digits: int = 1) -> str:
     return figure(level.estimate(key) if level else None, digits)
 
 
-def headline_table(headlines: Sequence[Headline], label: Label, *, hosts: bool = False) -> Table:
+def headline_table(
+    headlines: Sequence[Headline], label: Label, *, hosts: bool = False, slo: bool = False
+) -> Table:
     """One row per config; ``hosts``: with the hosts each ran on (spread), and what that does to its
-    intervals."""
+    intervals; ``slo``: with its highest load under the campaign's SLO."""
     header = [
         "config",
         *(["hosts"] if hosts else []),
@@ -215,6 +310,8 @@ def headline_table(headlines: Sequence[Headline], label: Label, *, hosts: bool =
     energy = any(_has_energy(line.result.points) for line in headlines)
     if energy:
         header.append("out tok/J, peak")
+    if slo:
+        header.append("highest load under SLO")
     rows = []
     for line in headlines:
         first, peak = line.first, line.peak
@@ -237,6 +334,7 @@ def headline_table(headlines: Sequence[Headline], label: Label, *, hosts: bool =
                 _at(line, peak, "median_tpot_ms", 2),
                 str(line.errors),
                 *energy_cells,
+                *([_reach_text(line)] if slo else []),
             ]
         )
     labels = 3 if hosts else 2
@@ -247,15 +345,62 @@ def _has_energy(points: Sequence[dict[str, Any]]) -> bool:
     return any(TOKENS_PER_JOULE in point for point in points)
 
 
-def level_table(line: Headline) -> Table:
-    columns = LEVEL_COLUMNS + ENERGY_COLUMNS if _has_energy(line.result.points) else LEVEL_COLUMNS
-    header = ["C", "repeats", *(title for title, _, _ in columns)]
-    rows = [
-        [str(level.concurrency), str(len(level.points))]
-        + [figure(level.estimate(key), digits) for _, key, digits in columns]
-        for level in line.levels
+def _reach_text(line: Headline) -> str:
+    """The highest load under the SLO (``summary.slo_reach``): ``C=32``, ``at least C=64`` or ``no level``;
+    ``-`` where the points were not judged against it."""
+    reach = line.slo
+    return reach.text() if reach else "-"
+
+
+def _slo_met_cell(level: Level) -> str:
+    """``yes`` (every repeat met the SLO), ``no`` (none did), ``2 of 3``; ``-`` where none was judged."""
+    met = sum(point.get(SLO_MET) is True for point in level.points)
+    if level.slo_met is None:
+        return "-"
+    return "yes" if met == len(level.points) else "no" if not met else f"{met} of {len(level.points)}"
+
+
+def _slo_cells(level: Level) -> list[str]:
+    attainment = estimate_of([100 * value for value in level.values(SLO_ATTAINMENT)])
+    return [
+        _slo_met_cell(level),
+        figure(attainment),
+        *(figure(level.estimate(key), digits) for _, key, digits in SLO_COLUMNS),
     ]
-    return Table(header, rows, [True] * len(header))
+
+
+SEARCHED = "(search)"
+"""After a level's concurrency: the SLO search chose it (``level_source: bisect``)."""
+
+
+def level_table(line: Headline) -> Table:
+    """Every level of a config; with why its repeats stopped (automatic repeats) and its figures against
+    the SLO, where its points have them."""
+    columns = LEVEL_COLUMNS + ENERGY_COLUMNS if _has_energy(line.result.points) else LEVEL_COLUMNS
+    stopped = any(level.repeats_stopped for level in line.levels)
+    slo = any(level.slo_met is not None for level in line.levels)
+    header = [
+        "C",
+        "repeats, why stopped" if stopped else "repeats",
+        *(title for title, _, _ in columns),
+        *(["SLO met", "requests within SLO %", *(title for title, _, _ in SLO_COLUMNS)] if slo else []),
+    ]
+    rows = []
+    for level in line.levels:
+        reason = level.repeats_stopped
+        rows.append(
+            [
+                str(level.concurrency) + ("" if level.listed else f" {SEARCHED}"),
+                str(len(level.points)) + (f": {reason}" if reason else ""),
+                *(figure(level.estimate(key), digits) for _, key, digits in columns),
+                *(_slo_cells(level) if slo else []),
+            ]
+        )
+    numeric = [True] * len(header)
+    numeric[1] = not stopped
+    if slo:
+        numeric[2 + len(columns)] = False
+    return Table(header, rows, numeric)
 
 
 def _comparison_list(headlines: Sequence[Headline], label: Label, *, same_host: bool) -> BulletList:
@@ -408,6 +553,22 @@ def _level_blocks(headlines: Sequence[Headline], label: Label) -> list[Block]:
     return blocks
 
 
+COMPARISONS_NOTE = (
+    "Output tok/s of each pair of configs that finished, at the lowest level and at each one's peak: each "
+    "pair's own Welch test at the 5 % level, not corrected for the number of pairs (the verdict is)."
+)
+PARETO = "pareto.png"
+
+
+def _plot_figures(plots: Sequence[Path], *, pareto: bool) -> list[Block]:
+    """The Pareto plot (``pareto``), or every other plot."""
+    return [
+        Figure(path, _PLOT_CAPTIONS.get(path.name, path.stem))
+        for path in plots
+        if (path.name == PARETO) == pareto
+    ]
+
+
 def run_blocks(
     run: Run, headlines: Sequence[Headline], pairs: Sequence[PairDifferences], plots: Sequence[Path]
 ) -> list[Block]:
@@ -415,15 +576,22 @@ def run_blocks(
     spread = run.placement == SPREAD
     hardware = not spread and len({config.host for config in run.configs}) > 1
     blocks: list[Block] = [Heading(1, f"{run.name}: run {run.run_id}"), _campaign_line(run)]
-    blocks += _first_screen(run, pairs, label)
-    blocks += [Heading(2, "Headline"), headline_table(headlines, label, hosts=spread)]
-    blocks += [Heading(3, "Comparisons"), _comparison_list(headlines, label, same_host=not spread)]
+    found = verdict(run, headlines)
+    # Per host, the host is said once for all its configs.
+    name: Label = (lambda result: result.name) if found.hosts else label
+    blocks += verdict_blocks(found, name, unfair=_unfair_pointer(pairs, [run]))
+    blocks += _first_screen(run, pairs, label, headlines)
+    blocks += _plot_figures(plots, pareto=True)
+    headline = headline_table(headlines, label, hosts=spread, slo=bool(found.slo))
+    blocks += [Heading(2, "Headline"), headline]
+    blocks += [
+        Heading(3, "Comparisons"),
+        Paragraph(COMPARISONS_NOTE),
+        _comparison_list(headlines, label, same_host=not spread),
+    ]
     if hardware:
         blocks += hardware_blocks(headlines, label)
-    blocks += [
-        Heading(2, "Plots"),
-        *(Figure(path, _PLOT_CAPTIONS.get(path.name, path.stem)) for path in plots),
-    ]
+    blocks += [Heading(2, "Plots"), *_plot_figures(plots, pareto=False)]
     between = (
         "between the configs of each host, and between the hosts of each config"
         if hardware
@@ -445,9 +613,72 @@ def run_blocks(
 
 _PLOT_CAPTIONS = {
     "throughput.png": "Aggregate output throughput against concurrency",
-    "pareto.png": "Per-user decode speed against aggregate throughput, with the Pareto frontier",
+    PARETO: (
+        "Per-user decode speed against output throughput per GPU (aggregate where a config's GPUs are "
+        "unknown), each point one level, with the Pareto frontier; with an SLO, hollow points missed it"
+    ),
     "latency.png": "TTFT p50, TTFT p99 and TPOT p50 against concurrency",
 }
+
+
+def _side_by_side(
+    run_a: Run, run_b: Run, headlines: tuple[Sequence[Headline], Sequence[Headline]], label: Label
+) -> list[Block]:
+    """Each config in run A and in run B, at its lowest level and at its peak, whether B differs from A
+    (Holm over every change tested), and its highest load under the SLO where both runs have one."""
+    line_of = {id(line.result): line for lines in headlines for line in lines}
+    matched = [
+        (line_of[id(config_a)], line_of[id(config_b)])
+        for config_a, config_b in matched_configs(run_a, run_b)
+        if id(config_a) in line_of and id(config_b) in line_of
+    ]
+    changes, tested = run_changes(matched)
+    change_of = {(id(item.a), item.figure): item for item in changes}
+    objectives = [campaign_slo(run.campaign)[0] for run in (run_a, run_b)]
+    slo = all(objectives)
+    rows = []
+    for line_a, line_b in matched:
+        row = [label(line_a.result), f"{line_a.result.state} / {line_b.result.state}"]
+        for figure_name in ("first", "peak"):
+            found = change_of.get((id(line_a), figure_name))
+            if found is None:
+                row += ["-", "-", "-"]
+                continue
+            level_a, level_b = line_a.level(figure_name), line_b.level(figure_name)
+            row += [
+                f"{figure(level_a.estimate(THROUGHPUT))} (C={level_a.concurrency})",
+                f"{figure(level_b.estimate(THROUGHPUT))} (C={level_b.concurrency})",
+                corrected_change(found.comparison, found.significant),
+            ]
+        if slo:
+            row += [_reach_text(line_a), _reach_text(line_b)]
+        rows.append(row)
+    header = ["config", "status A / B"]
+    for where in ("lowest C", "peak"):
+        header += [
+            f"out tok/s {where}, {run_a.run_id}",
+            f"out tok/s {where}, {run_b.run_id}",
+            f"B vs A, {where}",
+        ]
+    if slo:
+        header += [f"highest load under SLO, {run.run_id}" for run in (run_a, run_b)]
+    note = (
+        f"B vs A: each config's output tok/s in run {run_b.run_id} against run {run_a.run_id}, Welch's "
+        f"two-sided t-test, Holm-corrected over the {tested} change(s) tested (each config at its lowest C "
+        "and at its peak): `significant` is more than noise, with at most a 5 % chance that any of them is "
+        "a false alarm."
+    )
+    if slo and objectives[0] != objectives[1]:
+        note += " The runs' SLOs differ: " + "; ".join(
+            f"{run.run_id}: {objectives_text(targets)}"
+            for run, targets in zip((run_a, run_b), objectives, strict=True)
+        )
+        note += "."
+    return [
+        Heading(2, "Side by side"),
+        Paragraph(note),
+        Table(header, rows, [False, False, *[True] * (len(header) - 2)]),
+    ]
 
 
 def comparison_blocks(
@@ -486,38 +717,15 @@ def comparison_blocks(
             blocks.append(failed)
         blocks += fleet_alerts(run)
     blocks += _file_alerts([run_a, run_b])
-    repeats = min(int(run.campaign["workload"].get("repeats", 1)) for run in (run_a, run_b))
-    blocks.append(_confidence_alert(repeats))
-    line_of = {id(line.result): line for lines in headlines for line in lines}
-    rows = []
-    for config_a, config_b in matched_configs(run_a, run_b):
-        line_a, line_b = line_of.get(id(config_a)), line_of.get(id(config_b))
-        if line_a is None or line_b is None:
-            continue
-        row = [label(line_a.result), f"{line_a.result.state} / {line_b.result.state}"]
-        for figure_name in ("first", "peak"):
-            if line_a.peak is None or line_b.peak is None:
-                row += ["-", "-", "-"]
-                continue
-            level_a, level_b = line_a.level(figure_name), line_b.level(figure_name)
-            row += [
-                f"{figure(level_a.estimate(THROUGHPUT))} (C={level_a.concurrency})",
-                f"{figure(level_b.estimate(THROUGHPUT))} (C={level_b.concurrency})",
-                change(compare_of(level_b.values(THROUGHPUT), level_a.values(THROUGHPUT))),
-            ]
-        rows.append(row)
-    header = ["config", "status A / B"]
-    for where in ("lowest C", "peak"):
-        header += [
-            f"out tok/s {where}, {run_a.run_id}",
-            f"out tok/s {where}, {run_b.run_id}",
-            f"B vs A, {where}",
-        ]
-    blocks += [Heading(2, "Side by side"), Table(header, rows, [False, False, *[True] * 6])]
-    blocks += [
-        Heading(2, "Plots"),
-        *(Figure(path, _PLOT_CAPTIONS.get(path.name, path.stem)) for path in plots),
-    ]
+    settings = [run.campaign["workload"].get("repeats", 1) for run in (run_a, run_b)]
+    if settings[0] == settings[1]:
+        blocks.append(_confidence_alert(settings[0], [*headlines[0], *headlines[1]]))
+    else:
+        for run, setting, lines in zip((run_a, run_b), settings, headlines, strict=True):
+            alert = _confidence_alert(setting, lines)
+            blocks.append(Alert(alert.kind, f"Run {run.run_id}: {alert.title}", alert.items))
+    blocks += _side_by_side(run_a, run_b, headlines, label)
+    blocks += [Heading(2, "Plots"), *_plot_figures(plots, pareto=True), *_plot_figures(plots, pareto=False)]
     blocks += [
         Heading(2, "What differed between the runs"),
         _differences_intro("between the two runs of each config"),
@@ -526,7 +734,11 @@ def comparison_blocks(
     blocks += [Heading(3, "Not compared, and why"), ignored_fields_table()]
     for run, lines in zip((run_a, run_b), headlines, strict=True):
         spread = run.placement == SPREAD
-        blocks += [Heading(2, f"Headline of run {run.run_id}"), headline_table(lines, label, hosts=spread)]
+        slo = bool(campaign_slo(run.campaign)[0])
+        blocks += [
+            Heading(2, f"Headline of run {run.run_id}"),
+            headline_table(lines, label, hosts=spread, slo=slo),
+        ]
         failures = failure_blocks(run.configs, label)
         if failures:
             blocks += [Heading(3, f"Failed configs of run {run.run_id}"), *failures]

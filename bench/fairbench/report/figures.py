@@ -32,7 +32,19 @@ ENERGY_COLUMNS: tuple[Column, ...] = (
     ("out tok/J", TOKENS_PER_JOULE, 2),
 )
 
-FIGURES = frozenset({key for _, key, _ in LEVEL_COLUMNS + ENERGY_COLUMNS} | {PER_GPU})
+SLO_ATTAINMENT = "slo_attainment"
+"""The share (0 to 1) of a point's requests that succeeded and met every objective on their own."""
+GOODPUT = "goodput_output_throughput"
+# Against the campaign's SLO: columns only for a config whose points were judged against one.
+SLO_COLUMNS: tuple[Column, ...] = (
+    ("goodput out tok/s", GOODPUT, 1),
+    ("goodput req/s", "goodput_request_throughput", 2),
+)
+
+FIGURES = frozenset(
+    {key for _, key, _ in LEVEL_COLUMNS + ENERGY_COLUMNS + SLO_COLUMNS}
+    | {PER_GPU, SLO_ATTAINMENT, "goodput_output_throughput_per_gpu"}
+)
 """Every key of a point that the report reads as a number."""
 OF_COMPLETED = frozenset({key for key in FIGURES if key.endswith("_ms")} | {PER_USER})
 """Figures that are statistics of the completed requests (latencies and the per-user speed): measure.metrics

@@ -56,6 +56,23 @@ def change(comparison: Comparison | None) -> str:
     return f"{amount} ({'significant' if comparison.significant else 'within noise'})"
 
 
+def decision(significant: bool | None) -> str:
+    """A test's outcome after a correction for the number of tests (Holm): ``significant``,
+    ``within noise``, or ``one repeat: cannot tell``."""
+    if significant is None:
+        return "one repeat: cannot tell"
+    return "significant" if significant else "within noise"
+
+
+def corrected_change(comparison: Comparison | None, significant: bool | None) -> str:
+    """``+12.3 % (significant)`` as :func:`change` writes it, the outcome being ``significant`` (after a
+    correction for the number of tests) rather than the comparison's own."""
+    if comparison is None:
+        return change(None)
+    amount = "from 0" if math.isinf(comparison.relative_pct) else f"{comparison.relative_pct:+.1f} %"
+    return f"{amount} ({decision(significant)})"
+
+
 def seconds(value: float | None) -> str:
     """``12.34``: seconds, two decimals; ``-`` for none."""
     return "-" if value is None else f"{value:,.2f}"

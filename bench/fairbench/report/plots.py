@@ -1,4 +1,4 @@
-"""The report's plots, as PNG files: throughput, per-user speed against throughput, latency.
+"""The report's plots, as PNG files: throughput, per-user speed against throughput per GPU, latency.
 
 matplotlib is imported only here, and only when a plot is drawn (``fairbench sweep`` never imports it);
 figures are drawn on the Agg canvas directly, without pyplot's global state. Each config keeps one colour
@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeGuard
 
+from fairbench.measure.slo import SloTarget
 from fairbench.measure.stats import Estimate
 from fairbench.report.figures import PER_USER, THROUGHPUT
-from fairbench.report.summary import Level, pareto_frontier
+from fairbench.report.summary import Level, estimate_of, pareto_frontier, per_gpu
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -38,6 +39,8 @@ class Line:
     color: str
     style: str
     levels: list[Level]
+    gpus: int | None = None
+    """GPUs per server, for the throughput per GPU where the points lack it (``summary.per_gpu``)."""
 
     def series(self, key: str) -> tuple[list[int], list[Estimate]]:
         """Concurrency levels that have a finite ``key``, and its estimate at each (the report's tables
@@ -108,27 +111,68 @@ def throughput_plot(lines: Sequence[Line], path: Path) -> Path:
     return _save(figure, path)
 
 
-def pareto_plot(lines: Sequence[Line], path: Path) -> Path:
+def _per_gpu_axis(lines: Sequence[Line]) -> bool:
+    """Whether every line has a throughput per GPU, so the Pareto plot's x can be it."""
+    return all(any(per_gpu(level, line.gpus) for level in line.levels) for line in lines)
+
+
+def _slo_lines(axes: Axes, targets: Sequence[SloTarget]) -> None:
+    """Each TPOT objective as the per-user speed it allows: 1000 / limit tok/s per user (the y axis is
+    1000 / median TPOT, so for a p50 objective a level above the line met it; for another percentile the
+    line is where the median would sit at the limit)."""
+    for target in targets:
+        if target.metric != "tpot":
+            continue
+        speed = 1000 / target.limit_ms
+        axes.axhline(
+            speed,
+            color="dimgray",
+            linestyle=":",
+            linewidth=1.2,
+            label=f"SLO {target.key} ≤ {target.limit_ms:g} ms: {speed:,.1f} tok/s per user",
+        )
+
+
+def pareto_plot(lines: Sequence[Line], path: Path, slo: Sequence[SloTarget] = ()) -> Path:
+    """Per-user speed (y) against output throughput per GPU (x; aggregate unless every line has it), one
+    point per level; with an SLO, a level that met it on every repeat filled, one that did not hollow."""
     figure, (axes,) = _figure(8, 5.5)
+    by_gpu = _per_gpu_axis(lines)
     every_point = []
+    judged = False
     for line in lines:
         levels = [
-            (level.concurrency, level.estimate(THROUGHPUT), level.estimate(PER_USER)) for level in line.levels
+            (
+                level,
+                estimate_of(per_gpu(level, line.gpus)) if by_gpu else level.estimate(THROUGHPUT),
+                level.estimate(PER_USER),
+            )
+            for level in line.levels
         ]
-        drawn = [(c, x.mean, y.mean) for c, x, y in levels if _drawable(x) and _drawable(y)]
+        drawn = [(level, x.mean, y.mean) for level, x, y in levels if _drawable(x) and _drawable(y)]
         every_point += [(x, y) for _, x, y in drawn]
         axes.plot(
             [x for _, x, _ in drawn],
             [y for _, _, y in drawn],
             color=line.color,
             linestyle=line.style,
-            marker="o",
-            markersize=4,
             label=line.label,
         )
-        for concurrency, x, y in drawn:
+        for missed in (False, True):
+            chosen = [(x, y) for level, x, y in drawn if (level.slo_met is False) == missed]
+            axes.plot(
+                [x for x, _ in chosen],
+                [y for _, y in chosen],
+                color=line.color,
+                linestyle="none",
+                marker="o",
+                markersize=5,
+                markerfacecolor="none" if missed else line.color,
+            )
+        judged = judged or any(level.slo_met is not None for level, _, _ in drawn)
+        for level, x, y in drawn:
             axes.annotate(
-                f"C={concurrency}",
+                f"C={level.concurrency}",
                 (x, y),
                 textcoords="offset points",
                 xytext=(4, 4),
@@ -145,13 +189,19 @@ def pareto_plot(lines: Sequence[Line], path: Path) -> Path:
         label="Pareto frontier (all configs)",
         zorder=0,
     )
-    axes.set_xlabel("aggregate output throughput (tokens/s)")
+    _slo_lines(axes, slo)
+    if judged:
+        axes.plot([], [], "o", color="black", label="met the SLO on every repeat")
+        axes.plot([], [], "o", color="black", markerfacecolor="none", label="missed it on a repeat")
+    axes.set_xlabel(
+        "output throughput per GPU (tokens/s)" if by_gpu else "aggregate output throughput (tokens/s)"
+    )
     axes.set_ylabel("per-user decode speed (tokens/s per user, 1000 / median TPOT)")
     axes.set_xlim(left=0)
     axes.set_ylim(bottom=0)
     axes.grid(True, alpha=0.3)
-    axes.set_title("Per-user speed against aggregate throughput (each point one concurrency level)")
-    axes.legend()
+    axes.set_title("Per-user speed against throughput (each point one concurrency level)")
+    axes.legend(fontsize=8)
     return _save(figure, path)
 
 
@@ -176,16 +226,17 @@ def latency_plot(lines: Sequence[Line], path: Path) -> Path:
     return _save(figure, path)
 
 
-PLOTS = {
-    "throughput.png": throughput_plot,
-    "pareto.png": pareto_plot,
-    "latency.png": latency_plot,
-}
+PLOTS = ("throughput.png", "pareto.png", "latency.png")
 
 
-def render_plots(lines: Sequence[Line], plots_dir: Path) -> list[Path]:
-    """Every plot of ``lines`` into ``plots_dir``; none when no line has a point."""
+def render_plots(lines: Sequence[Line], plots_dir: Path, slo: Sequence[SloTarget] = ()) -> list[Path]:
+    """Every plot of ``lines`` into ``plots_dir``, ``slo``'s objectives on the Pareto plot; none when no
+    line has a point."""
     drawn = [line for line in lines if line.levels]
     if not drawn:
         return []
-    return [plot(drawn, plots_dir / name) for name, plot in PLOTS.items()]
+    return [
+        throughput_plot(drawn, plots_dir / PLOTS[0]),
+        pareto_plot(drawn, plots_dir / PLOTS[1], slo),
+        latency_plot(drawn, plots_dir / PLOTS[2]),
+    ]

@@ -34,12 +34,42 @@ def compare_of(values_a: Sequence[float], values_b: Sequence[float]) -> Comparis
     return compare(values_a, values_b)
 
 
+LEVEL_SOURCE = "level_source"
+BISECT = "bisect"
+"""``level_source`` of a point the sweep's search measured between two listed levels (``listed`` otherwise;
+a point from before searches has no ``level_source`` and was listed)."""
+SLO_MET = "slo_met"
+REPEATS_STOPPED = "repeats_stopped"
+
+
 @dataclass(frozen=True)
 class Level:
     """One concurrency level of a config: one point per repeat."""
 
     concurrency: int
     points: tuple[dict[str, Any], ...]
+
+    @property
+    def listed(self) -> bool:
+        """A level of the campaign's concurrency list, not one its SLO search chose (``BISECT``): a search
+        probes each config at its own levels, so only listed levels line the configs up."""
+        return any(point.get(LEVEL_SOURCE) != BISECT for point in self.points)
+
+    @property
+    def slo_met(self) -> bool | None:
+        """Whether every repeat met the campaign's SLO (its point's ``slo_met``; a point without one counts
+        as not met); None when no point of the level was judged against an SLO."""
+        if not any(SLO_MET in point for point in self.points):
+            return None
+        return all(point.get(SLO_MET) is True for point in self.points)
+
+    @property
+    def repeats_stopped(self) -> str | None:
+        """Why automatic repeats took no more of this level (its last point's ``repeats_stopped``)."""
+        reasons = [
+            point[REPEATS_STOPPED] for point in self.points if isinstance(point.get(REPEATS_STOPPED), str)
+        ]
+        return reasons[-1] if reasons else None
 
     def values(self, key: str) -> list[float]:
         """Each repeat's ``key``, where it has one: a statistic of the completed requests has none at a
@@ -74,16 +104,61 @@ def serving_gpus(server_info: dict[str, Any] | None) -> int | None:
     return math.prod(counts) if len(counts) == len(sizes) else None
 
 
+def per_gpu(level: Level, gpus: int | None) -> list[float]:
+    """Output tok/s per GPU of each repeat: the point's own metric, else output_throughput / gpus; none
+    without either."""
+    measured = level.values(PER_GPU)
+    if measured or gpus is None:
+        return measured
+    return [value / gpus for value in level.values(THROUGHPUT)]
+
+
+@dataclass(frozen=True)
+class SloReach:
+    """How far a config's load went under the campaign's SLO, by the conservative rule of
+    :func:`slo_reach`."""
+
+    level: Level | None
+    """The highest level at or below which every level met the SLO on every repeat; None when its lowest
+    level did not."""
+    limit_found: bool
+    """Whether a measured level above ``level`` missed the SLO; False when ``level`` is the highest level
+    measured: the sweep did not find the config's limit."""
+
+    def text(self) -> str:
+        """``C=32``, ``at least C=64`` (no limit found), or ``no level``."""
+        if self.level is None:
+            return "no level"
+        return f"{'' if self.limit_found else 'at least '}C={self.level.concurrency}"
+
+
+def slo_reach(config_levels: Sequence[Level]) -> SloReach | None:
+    """The highest load a config sustained under the SLO: going up from its lowest level (listed or found
+    by the search alike), the last level before the first that missed it (``Level.slo_met``). Conservative:
+    a miss at a lower level caps the config there even when a higher level met the SLO, and a level none of
+    whose points was judged counts as a miss. None when no point was judged against an SLO."""
+    if all(level.slo_met is None for level in config_levels):
+        return None
+    reached = None
+    for level in config_levels:
+        if not level.slo_met:
+            return SloReach(reached, True)
+        reached = level
+    return SloReach(reached, False)
+
+
 @dataclass(frozen=True)
 class Headline:
     """What the headline table shows of one config: its lowest level, its peak, its errors."""
 
     result: ConfigRun
     levels: list[Level]
+    """Every level, the listed ones and those the SLO search chose."""
     first: Level | None
-    """The lowest concurrency measured (C=1 in every campaign that includes it)."""
+    """The lowest listed concurrency measured (C=1 in every campaign that includes it)."""
     peak: Level | None
-    """The level of the highest mean output throughput."""
+    """The listed level of the highest mean output throughput (a config's searched levels are its own, so
+    they are left out of what lines the configs up)."""
     errors: int
     """Failed requests over every point."""
     gpus: int | None
@@ -97,11 +172,13 @@ class Headline:
         return chosen
 
     def per_gpu(self, level: Level) -> list[float]:
-        """Output tok/s per GPU of each repeat: the point's own metric, else output_throughput / gpus."""
-        measured = level.values(PER_GPU)
-        if measured or self.gpus is None:
-            return measured
-        return [value / self.gpus for value in level.values(THROUGHPUT)]
+        """Output tok/s per GPU of each repeat (:func:`per_gpu`)."""
+        return per_gpu(level, self.gpus)
+
+    @property
+    def slo(self) -> SloReach | None:
+        """The highest load under the SLO (:func:`slo_reach`); None when no point was judged against one."""
+        return slo_reach(self.levels)
 
 
 def _mean_throughput(level: Level) -> float:
@@ -114,13 +191,13 @@ def headline(config: ConfigRun | ConfigResult) -> Headline:
     """The headline of one config; a directory (``ConfigResult``) counts as a config of its own."""
     result = config if isinstance(config, ConfigRun) else ConfigRun.of(config)
     config_levels = levels(result.points)
-    peak = max(config_levels, key=_mean_throughput, default=None)
+    listed = [level for level in config_levels if level.listed]
     sweep_gpus = (result.sweep_settings or {}).get("gpus")
     return Headline(
         result=result,
         levels=config_levels,
-        first=config_levels[0] if config_levels else None,
-        peak=peak,
+        first=listed[0] if listed else None,
+        peak=max(listed, key=_mean_throughput, default=None),
         errors=sum(int(point.get("failed", 0)) for point in result.points),
         gpus=sweep_gpus if is_whole(sweep_gpus, 1) else serving_gpus(result.server_info),
     )
@@ -136,7 +213,7 @@ class PairComparison:
     """None where a value is not finite (``compare_of``)."""
 
 
-def _measured(headlines: Sequence[Headline]) -> list[Headline]:
+def measured(headlines: Sequence[Headline]) -> list[Headline]:
     """The configs that finished and have points. A failed config is left out of every comparison: its
     points stop where it failed, so its peak is not its peak."""
     return [line for line in headlines if line.result.ok and line.peak is not None]
@@ -149,7 +226,7 @@ def pairwise(
     with ``within``, only of the pairs it gives one value (every-host: the configs of one host).
     """
     comparisons = []
-    for a, b in itertools.combinations(_measured(headlines), 2):
+    for a, b in itertools.combinations(measured(headlines), 2):
         if within is not None and within(a) != within(b):
             continue
         for figure in ("first", "peak"):
@@ -173,7 +250,7 @@ def host_comparisons(headlines: Sequence[Headline]) -> list[HostComparison]:
     """Output throughput of each config on every pair of the hosts that ran it and finished, at every
     concurrency level both measured: by config, then pair of hosts, then level."""
     by_config: dict[str, list[Headline]] = {}
-    for line in _measured(headlines):
+    for line in measured(headlines):
         by_config.setdefault(line.result.name, []).append(line)
     found = []
     for lines in by_config.values():

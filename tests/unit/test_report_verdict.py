@@ -1,0 +1,448 @@
+"""The report's verdict (fairbench.report.verdict): per regime the best config, its margin over the next with
+the Welch interval, and whether that is significant after Holm's correction over every comparison the
+verdict makes. Trees are written here from point lines with chosen throughputs (the contract's fields:
+``slo_met``, ``level_source``, ``repeats_stopped``); expected p-values come from stats.welch_p_value, whose
+t distribution tests/unit/test_stats.py checks against numerical integration.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.support.report_files import CAMPAIGN, lines, point
+
+from fairbench.measure.stats import holm, welch_p_value
+from fairbench.report.build import headlines, report_blocks, write_report
+from fairbench.report.load import Run, load_run
+from fairbench.report.markdown import render_markdown
+from fairbench.report.verdict import LOWEST, PEAK, UNDER_SLO, Verdict, verdict
+
+SETTINGS_FILES = {"server_info.json": "{}", "host.json": "{}", "unit.service": ""}
+Levels = Mapping[int, Sequence[float]]
+"""Concurrency -> each repeat's output throughput."""
+
+
+def spread(center: float, relative_std: float, count: int) -> list[float]:
+    """``count`` evenly spaced values with mean ``center`` and sample standard deviation
+    ``relative_std * center`` (one value: ``center``)."""
+    if count == 1:
+        return [center]
+    offsets = [k - (count - 1) / 2 for k in range(count)]
+    scale = relative_std * center / math.sqrt(count * (count + 1) / 12)
+    return [center + scale * offset for offset in offsets]
+
+
+def level_points(levels: Levels, **extra: Mapping[int, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A point per level and repeat with its throughput; ``extra``: per level, keys every repeat gets."""
+    found = []
+    for concurrency, values in levels.items():
+        for repeat, value in enumerate(values):
+            fields = dict(extra.get("fields", {}).get(concurrency, {}))
+            found.append(point(concurrency, repeat, output_throughput=value, **fields))
+    return found
+
+
+def write_run(
+    root: Path,
+    configs: Mapping[str, Sequence[dict[str, Any]]],
+    *,
+    workload: Mapping[str, Any] | None = None,
+    slo: Mapping[str, float] | None = None,
+    failed: Sequence[str] = (),
+    gpus: Mapping[str, int] | None = None,
+    hosts: Sequence[str] = ("lab1",),
+    run_id: str = "run1",
+    placement: str = "spread",
+) -> Path:
+    """A run of the demo campaign's ``configs`` (name -> its points), each on every host of ``hosts``
+    (every-host) or on the first (spread); ``failed`` configs' status says failed at the sweep."""
+    run = root / "demo" / run_id
+    run.mkdir(parents=True)
+    campaign = {
+        **CAMPAIGN,
+        "placement": placement,
+        "configs": {name: CAMPAIGN["configs"][name] for name in configs},
+        "workload": {**CAMPAIGN["workload"], "concurrency": [1, 4, 16], **(workload or {})},
+        "slo": dict(slo or {}),
+    }
+    (run / "campaign.json").write_text(json.dumps(campaign))
+    for host in hosts if placement != "spread" else hosts[:1]:
+        for name, found in configs.items():
+            directory = run / host / name
+            directory.mkdir(parents=True)
+            status = {"status": "failed", "stage": "sweep", "reason": "crashed"} if name in failed else {}
+            (directory / "status.json").write_text(json.dumps({"status": "ok", **status}))
+            (directory / "sweep.json").write_text(json.dumps({"gpus": (gpus or {}).get(name, 8)}))
+            for file, content in SETTINGS_FILES.items():
+                (directory / file).write_text(content)
+            (directory / "points.jsonl").write_bytes(lines(*found))
+    return run
+
+
+def markdown(*runs: Run) -> str:
+    _, blocks = report_blocks(list(runs), headlines(list(runs)), [])
+    return render_markdown(blocks)
+
+
+def verdict_of(run: Run) -> Verdict:
+    return verdict(run, headlines([run])[0])
+
+
+def section(report: str, heading: str) -> str:
+    """The text under ``heading`` up to the next heading of the same or a higher level."""
+    level = heading.split(" ", maxsplit=1)[0]
+    rest = report[report.index(heading + "\n") + len(heading) + 1 :]
+    ends = [rest.find(f"\n{'#' * size} ") for size in range(1, len(level) + 1)]
+    return rest[: min([end for end in ends if end >= 0], default=len(rest))]
+
+
+def bullet(report: str, regime: str) -> str:
+    """The Verdict's bullet of one regime."""
+    return next(
+        line
+        for line in section(report, "## Verdict").splitlines()
+        if line.startswith(f"- **{regime[0].upper()}{regime[1:]}**")
+    )
+
+
+def order(text: str) -> str:
+    return text.split("Order: ", 1)[1].split(".", 1)[0]
+
+
+def table(text: str) -> dict[str, dict[str, str]]:
+    """The first Markdown table of ``text``: its rows by their first cell, each as {header: cell}."""
+    found = [line for line in text[text.index("\n|") + 1 :].splitlines()]
+    found = found[: next((i for i, line in enumerate(found) if not line.startswith("|")), len(found))]
+    header = [cell.strip() for cell in found[0].strip("|").split("|")]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in found[2:]]
+    return {row[0]: dict(zip(header, row, strict=True)) for row in rows}
+
+
+# --- Holm's decision ---------------------------------------------------------------------------------------
+
+
+def test_a_clear_difference_over_five_steady_repeats_is_significant(tmp_path: Path) -> None:
+    ep4 = {1: spread(110.0, 0.01, 5), 4: spread(440.0, 0.01, 5), 16: spread(1100.0, 0.01, 5)}
+    tp8 = {1: spread(100.0, 0.01, 5), 4: spread(400.0, 0.01, 5), 16: spread(1000.0, 0.01, 5)}
+    run = load_run(write_run(tmp_path, {"tp8": level_points(tp8), "ep4": level_points(ep4)}))
+    report = markdown(run)
+    lowest, peak = bullet(report, LOWEST), bullet(report, PEAK)
+    assert lowest.startswith(
+        "- **Lowest load** (C=1, output tok/s): **ep4**: 110.0 ± 1.4, +10.0 % over **tp8**"
+    )
+    assert lowest.endswith(": significant (p < 0.001 after Holm). Order: ep4 > tp8.")
+    assert "**ep4** at C=16: 1,100.0 ± 13.7, +10.0 % over **tp8** at C=16" in peak
+    # The pair's own Welch interval, in % of tp8's mean: (110 - 100 -+ t(0.975, df) se) / 100.
+    low, high = (float(value) for value in re.findall(r"CI ([-+][0-9.]+) % to ([-+][0-9.]+) %", lowest)[0])
+    assert 7.0 < low < 10.0 < high < 13.0 and low + high == pytest.approx(20.0, abs=0.11)
+    found = verdict_of(run)
+    assert (found.tested, found.compared) == (2, 2)
+    assert "Holm-corrected over the 2 comparison(s)" in section(report, "## Verdict")
+
+
+def test_one_percent_apart_with_three_percent_spread_is_within_noise(tmp_path: Path) -> None:
+    levels = {1: 100.0, 4: 400.0, 16: 1000.0}
+    ep4 = {level: spread(value * 1.01, 0.03, 3) for level, value in levels.items()}
+    tp8 = {level: spread(value, 0.03, 3) for level, value in levels.items()}
+    run = load_run(write_run(tmp_path, {"tp8": level_points(tp8), "ep4": level_points(ep4)}))
+    report = markdown(run)
+    # The same relative spread at every level: both tests have one p, which Holm doubles (m = 2).
+    p_value = welch_p_value(ep4[1], tp8[1])
+    assert p_value is not None
+    for regime in (LOWEST, PEAK):
+        text = bullet(report, regime)
+        assert "+1.0 % over **tp8**" in text and text.endswith(
+            f": within noise (p = {min(1.0, 2 * p_value):.3f} after Holm). No clear best: ep4 is within "
+            "noise of tp8. Order: ep4 ≈ tp8."
+        )
+
+
+def test_with_one_repeat_the_verdict_cannot_tell_and_orders_by_mean_untested(tmp_path: Path) -> None:
+    ep4 = {1: [110.0], 4: [440.0], 16: [1100.0]}
+    tp8 = {1: [100.0], 4: [400.0], 16: [1000.0]}
+    ep8 = {1: [90.0], 4: [450.0], 16: [900.0]}
+    run = load_run(
+        write_run(tmp_path, {"tp8": level_points(tp8), "ep4": level_points(ep4), "ep8": level_points(ep8)})
+    )
+    report = markdown(run)
+    lowest = bullet(report, LOWEST)
+    assert "**ep4**: 110.0, +10.0 % over **tp8**: one repeat: cannot tell." in lowest
+    assert order(lowest) == "by mean (untested): ep4, tp8, ep8"
+    # ep8's peak is C=4, where it leads; the others' is C=16.
+    assert order(bullet(report, PEAK)) == "by mean (untested): ep4, tp8, ep8"
+    assert "No pair could be tested (one repeat)" in section(report, "## Verdict")
+    assert verdict_of(run).tested == 0
+
+
+def test_holm_keeps_a_difference_each_test_alone_calls_significant_within_noise(tmp_path: Path) -> None:
+    # ep4 vs tp8 is p ~ 0.03 in both regimes: significant alone (< 0.05), but 5th and 6th of the verdict's
+    # 6 tests, where Holm asks p <= 0.05 / 2. Both are far ahead of ep8 (p ~ 0).
+    ep4_values, tp8_values = spread(102.0, 0.01, 4), spread(100.0, 0.01, 4)
+    p_value = welch_p_value(ep4_values, tp8_values)
+    assert p_value is not None and 0.025 < p_value < 0.05
+    factors = {1: 1.0, 4: 4.0, 16: 10.0}
+    ep4 = {level: [value * factor for value in ep4_values] for level, factor in factors.items()}
+    tp8 = {level: [value * factor for value in tp8_values] for level, factor in factors.items()}
+    ep8 = {level: spread(50.0 * factor, 0.01, 4) for level, factor in factors.items()}
+    configs = {"tp8": level_points(tp8), "ep4": level_points(ep4), "ep8": level_points(ep8)}
+    run = load_run(write_run(tmp_path, configs))
+    report = markdown(run)
+    for regime in (LOWEST, PEAK):
+        assert order(bullet(report, regime)) == "ep4 ≈ tp8 > ep8"
+        assert "No clear best: ep4 is within noise of tp8." in bullet(report, regime)
+        # Holm's adjusted p of the 5th of 6 (its twin the 6th): (6 - 5 + 1) x p, above 0.05.
+        assert f"within noise (p = {2 * p_value:.3f} after Holm)" in bullet(report, regime)
+    assert verdict_of(run).tested == 6
+    # The Comparisons list's own, uncorrected tests call it significant.
+    comparisons = section(report, "### Comparisons")
+    assert "**tp8** vs **ep4**: output tok/s C=1: -2.0 % (significant)" in comparisons
+
+
+def test_holm_rejects_in_order_while_each_p_is_within_its_share_of_alpha() -> None:
+    assert holm([0.01, 0.04, 0.03, 0.005]) == [True, False, False, True]
+    assert holm([0.01, 0.02, 0.03, 0.04], alpha=0.1) == [True, True, True, True]
+
+
+# --- the regimes -------------------------------------------------------------------------------------------
+
+SLO = {"ttft_p99_ms": 2000.0, "tpot_p50_ms": 50.0}
+
+
+def slo_points(
+    levels: Levels, met: Mapping[int, Sequence[bool]], source: Mapping[int, str]
+) -> list[dict[str, Any]]:
+    found = []
+    for concurrency, values in levels.items():
+        for repeat, value in enumerate(values):
+            fields: dict[str, Any] = {
+                "slo_met": met[concurrency][repeat],
+                "slo_attainment": 1.0 if met[concurrency][repeat] else 0.5,
+                "goodput_output_throughput": value if met[concurrency][repeat] else value / 2,
+                "goodput_request_throughput": 1.0,
+                "level_source": source.get(concurrency, "listed"),
+            }
+            found.append(point(concurrency, repeat, output_throughput=value, **fields))
+    return found
+
+
+def test_the_slo_regime_is_capped_by_the_first_level_that_missed_and_says_when_no_limit_was_found(
+    tmp_path: Path,
+) -> None:
+    repeats = 3
+    levels = {1: 100.0, 4: 400.0, 16: 1000.0}
+    met_all = {level: [True] * repeats for level in levels}
+    configs = {
+        # Meets it at C=1 and C=16 but a repeat at C=4 missed: capped at C=1.
+        "tp8": slo_points(
+            {level: spread(value, 0.01, repeats) for level, value in levels.items()},
+            {**met_all, 4: [True, False, True]},
+            {},
+        ),
+        # Meets it everywhere: at least C=16, the sweep found no limit.
+        "ep4": slo_points(
+            {level: spread(value * 0.9, 0.01, repeats) for level, value in levels.items()}, met_all, {}
+        ),
+        # Misses it at the lowest level.
+        "ep8": slo_points(
+            {level: spread(value, 0.01, repeats) for level, value in levels.items()},
+            {**met_all, 1: [False] * repeats},
+            {},
+        ),
+    }
+    run = load_run(write_run(tmp_path, configs, slo=SLO))
+    report = markdown(run)
+    text = bullet(report, UNDER_SLO)
+    assert text.startswith(
+        "- **Highest load under the SLO** (`ttft_p99_ms` ≤ 2,000 ms, `tpot_p50_ms` ≤ 50 ms; output tok/s at"
+    )
+    assert "**ep4** at C=16 (at least: the sweep found no limit): 900.0 ± " in text
+    assert "over **tp8** at C=1 (95 % CI" in text
+    assert order(text) == "ep4 > tp8"
+    assert text.endswith("Not ranked, meets it at no level: ep8.")
+    headline = table(section(report, "## Headline"))
+    assert {name: row["highest load under SLO"] for name, row in headline.items()} == {
+        "tp8": "C=1",
+        "ep4": "at least C=16",
+        "ep8": "no level",
+    }
+    levels_table = table(section(report, "### tp8"))
+    assert levels_table["4"]["SLO met"] == "2 of 3"
+    assert levels_table["1"]["SLO met"] == "yes"
+    assert levels_table["4"]["requests within SLO %"].startswith("83.3 ± ")
+    assert "SLO: `ttft_p99_ms` ≤ 2,000 ms, `tpot_p50_ms` ≤ 50 ms." in report.split("## Verdict")[0]
+    found = verdict_of(run)
+    # 3 regimes: 3 pairs in each of lowest and peak, 1 in the SLO regime (ep8 is not ranked there).
+    assert [regime.name for regime in found.regimes] == [LOWEST, PEAK, UNDER_SLO]
+    assert (found.tested, found.compared) == (7, 7)
+
+
+def test_searched_levels_count_for_the_slo_regime_only(tmp_path: Path) -> None:
+    repeats = 2
+    # tp8's search probed C=8 (met) and C=12 (missed) between its listed C=4 (met) and C=16 (missed);
+    # C=8 has its highest throughput, which is not its listed peak (C=16 is).
+    tp8_levels = {1: 100.0, 4: 400.0, 8: 2000.0, 12: 1200.0, 16: 1000.0}
+    tp8 = slo_points(
+        {level: spread(value, 0.01, repeats) for level, value in tp8_levels.items()},
+        {1: [True] * 2, 4: [True] * 2, 8: [True] * 2, 12: [False] * 2, 16: [False] * 2},
+        {8: "bisect", 12: "bisect"},
+    )
+    ep4_levels = {1: 90.0, 4: 380.0, 16: 1100.0}
+    ep4 = slo_points(
+        {level: spread(value, 0.01, repeats) for level, value in ep4_levels.items()},
+        {1: [True] * 2, 4: [True] * 2, 16: [False] * 2},
+        {},
+    )
+    run = load_run(write_run(tmp_path, {"tp8": tp8, "ep4": ep4}, slo=SLO, workload={"search_resolution": 4}))
+    report = markdown(run)
+    assert "**ep4** at C=16: 1,100.0" in bullet(report, PEAK)
+    assert "over **tp8** at C=16" in bullet(report, PEAK)
+    assert "**tp8** at C=8: 2,000.0" in bullet(report, UNDER_SLO)
+    assert "over **ep4** at C=4" in bullet(report, UNDER_SLO)
+    assert "the SLO search probes each config at its own levels" in section(report, "## Verdict")
+    headline = table(section(report, "## Headline"))
+    assert (headline["tp8"]["peak at C"], headline["tp8"]["highest load under SLO"]) == ("16", "C=8")
+    assert set(table(section(report, "### tp8"))) == {"1", "4", "8 (search)", "12 (search)", "16"}
+
+
+def test_throughput_is_compared_per_gpu_where_the_configs_gpu_counts_differ(tmp_path: Path) -> None:
+    tp8 = {1: spread(100.0, 0.01, 3), 4: spread(400.0, 0.01, 3), 16: spread(1000.0, 0.01, 3)}
+    ep4 = {1: spread(90.0, 0.01, 3), 4: spread(350.0, 0.01, 3), 16: spread(800.0, 0.01, 3)}
+    configs = {"tp8": level_points(tp8), "ep4": level_points(ep4)}
+    run = load_run(write_run(tmp_path, configs, gpus={"tp8": 8, "ep4": 4}))
+    report = markdown(run)
+    peak = bullet(report, PEAK)
+    assert "output tok/s per GPU (the configs use 4, 8 GPUs)" in peak
+    assert "**ep4** at C=16: 200.0 ± " in peak and "+60.0 % over **tp8** at C=16" in peak
+    # At the lowest load, each request's own speed: aggregate.
+    assert "**tp8**: 100.0 ± " in bullet(report, LOWEST)
+
+
+def test_a_failed_config_is_left_out_of_the_verdict_with_a_note(tmp_path: Path) -> None:
+    ep4 = {1: spread(110.0, 0.01, 2), 4: spread(440.0, 0.01, 2)}
+    tp8 = {1: spread(100.0, 0.01, 2), 4: spread(400.0, 0.01, 2), 16: spread(1000.0, 0.01, 2)}
+    run = load_run(write_run(tmp_path, {"tp8": level_points(tp8), "ep4": level_points(ep4)}, failed=("ep4",)))
+    report = markdown(run)
+    assert "**tp8**: 100.0 ± " in bullet(report, LOWEST)
+    assert "(no other config to compare)" in bullet(report, LOWEST)
+    assert "stops where it failed, so its figures are not its own): ep4 (failed)." in section(
+        report, "## Verdict"
+    )
+
+
+def test_every_host_gives_the_verdict_per_host_and_corrects_over_all_of_them(tmp_path: Path) -> None:
+    tp8 = {1: spread(100.0, 0.01, 3), 4: spread(400.0, 0.01, 3), 16: spread(1000.0, 0.01, 3)}
+    ep4 = {1: spread(120.0, 0.01, 3), 4: spread(480.0, 0.01, 3), 16: spread(1200.0, 0.01, 3)}
+    configs = {"tp8": level_points(tp8), "ep4": level_points(ep4)}
+    run = load_run(write_run(tmp_path, configs, hosts=("lab1", "lab2"), placement="every-host"))
+    report = markdown(run)
+    verdict_text = section(report, "## Verdict")
+    assert verdict_text.count("**ep4**: 120.0 ± ") == 2 and "@lab" not in verdict_text.split("> [!")[0]
+    assert verdict_text.index("On **lab1**:") < verdict_text.index("On **lab2**:")
+    found = verdict_of(run)
+    assert found.hosts == ["lab1", "lab2"]
+    assert (found.tested, found.compared) == (4, 4)
+    assert "on each of 2 hosts" in verdict_text
+
+
+# --- the rest of the report --------------------------------------------------------------------------------
+
+
+def test_automatic_repeats_say_what_each_level_got_and_why_its_repeats_stopped(tmp_path: Path) -> None:
+    stopped = {
+        1: "interval ±0.40 % within ±2 % after 3 repeats",
+        4: "maximum of 5 repeats reached with interval ±2.60 % (target ±2 %)",
+    }
+    counts = {1: 3, 4: 5}
+    configs = {
+        name: [
+            point(
+                level,
+                repeat,
+                output_throughput=value,
+                **({"repeats_stopped": stopped[level]} if repeat == counts[level] - 1 else {}),
+            )
+            for level in counts
+            for repeat, value in enumerate(spread(100.0 * level * factor, 0.01, counts[level]))
+        ]
+        for name, factor in (("tp8", 1.0), ("ep4", 1.2))
+    }
+    automatic = {"min": 3, "max": 5, "half_width_pct": 2.0}
+    run = load_run(write_run(tmp_path, configs, workload={"concurrency": [1, 4], "repeats": automatic}))
+    report = markdown(run)
+    assert "automatic repeats (3 to 5, until ±2 %)." in report.split("## Verdict")[0]
+    assert (
+        "Automatic repeats: each level measured 3 to 5 times, until its output throughput's 95 % interval "
+        "was within ±2 % of its mean; the 4 level(s) measured got 3 to 5, 2 the maximum"
+    ) in report
+    rows = table(section(report, "### tp8"))
+    assert rows["1"]["repeats, why stopped"] == f"3: {stopped[1]}"
+    assert rows["4"]["repeats, why stopped"] == f"5: {stopped[4]}"
+
+
+def test_a_run_from_before_slos_and_searches_still_reports_with_a_verdict_first(tmp_path: Path) -> None:
+    tp8 = {1: spread(100.0, 0.01, 2), 4: spread(400.0, 0.01, 2), 16: spread(1000.0, 0.01, 2)}
+    ep4 = {1: spread(90.0, 0.01, 2), 4: spread(420.0, 0.01, 2), 16: spread(1100.0, 0.01, 2)}
+    path = write_run(tmp_path, {"tp8": level_points(tp8), "ep4": level_points(ep4)}, workload={"repeats": 2})
+    campaign = json.loads((path / "campaign.json").read_text())
+    del campaign["slo"]
+    (path / "campaign.json").write_text(json.dumps(campaign))
+    written = write_report([load_run(path)], path)
+    assert sorted(item.name for item in written) == [
+        "latency.png",
+        "pareto.png",
+        "report.html",
+        "report.md",
+        "throughput.png",
+    ]
+    report = (path / "report.md").read_text()
+    assert report.index("## Verdict") < report.index("![Per-user decode speed") < report.index("## Headline")
+    assert "**tp8**: 100.0 ± " in bullet(report, LOWEST)
+    assert "**ep4** at C=16: 1,100.0 ± " in bullet(report, PEAK)
+    assert "Highest load under the SLO" not in report and "highest load under SLO" not in report
+    assert "2 repeats: figures are mean ± 95 % confidence interval" in report
+    assert "SLO met" not in report and "why stopped" not in report
+
+
+def test_two_runs_say_per_config_whether_it_changed_after_holm_and_show_each_slo_reach(
+    tmp_path: Path,
+) -> None:
+    met = {1: [True] * 3, 4: [True] * 3, 16: [False] * 3}
+    before = {
+        "tp8": slo_points(
+            {1: spread(100.0, 0.01, 3), 4: spread(400.0, 0.01, 3), 16: spread(1000.0, 0.01, 3)}, met, {}
+        ),
+        "ep4": slo_points(
+            {1: spread(90.0, 0.03, 3), 4: spread(380.0, 0.03, 3), 16: spread(1100.0, 0.03, 3)}, met, {}
+        ),
+    }
+    after = {
+        # tp8 got 20 % faster everywhere and meets the SLO at C=16 too.
+        "tp8": slo_points(
+            {1: spread(120.0, 0.01, 3), 4: spread(480.0, 0.01, 3), 16: spread(1200.0, 0.01, 3)},
+            {**met, 16: [True] * 3},
+            {},
+        ),
+        # ep4 moved by 1 % within a 3 % spread.
+        "ep4": slo_points(
+            {1: spread(90.9, 0.03, 3), 4: spread(383.8, 0.03, 3), 16: spread(1111.0, 0.03, 3)}, met, {}
+        ),
+    }
+    run_a = load_run(write_run(tmp_path, before, slo=SLO, run_id="a"))
+    run_b = load_run(write_run(tmp_path, after, slo=SLO, run_id="b"))
+    report = markdown(run_a, run_b)
+    side = section(report, "## Side by side")
+    assert "Holm-corrected over the 4 change(s) tested" in side
+    rows = table(side)
+    assert rows["tp8"]["B vs A, lowest C"] == "+20.0 % (significant)"
+    assert rows["tp8"]["B vs A, peak"] == "+20.0 % (significant)"
+    assert rows["ep4"]["B vs A, lowest C"] == "+1.0 % (within noise)"
+    assert (rows["tp8"]["highest load under SLO, a"], rows["tp8"]["highest load under SLO, b"]) == (
+        "C=4",
+        "at least C=16",
+    )
