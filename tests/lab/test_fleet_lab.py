@@ -9,6 +9,9 @@
   deployed, the difference named; accepted, the same campaign is placed.
 - A server left over from an earlier config (a process on the serving port, outside fairbench's units) is
   found before the next config starts, and that config fails naming it.
+- Automatic repeats under spread (tests/lab/campaign-decision.yml): the queue adds a noisy config's repeats
+  as jobs until its maximum, while a steady one stops at its minimum; every job searches for the highest
+  concurrency meeting the campaign's SLO.
 
 Results go to a temporary directory (``-e bench_results_root=...``), never into results/. Skipped when no
 lab is up.
@@ -36,6 +39,7 @@ pytestmark = pytest.mark.lab
 REPO = Path(__file__).resolve().parents[2]
 FLEET = "tests/lab/campaign-fleet.yml"
 KILL = "tests/lab/campaign-fleet-kill.yml"
+DECISION = "tests/lab/campaign-decision.yml"
 TIMEOUT_S = 600
 SGLANG_SITE = "/opt/sglang/venv/lib/python3.11/site-packages"
 """Where the lab hosts' SGLang venv (the fairbench role's fairbench_sglang_venv_dir) keeps its packages."""
@@ -303,3 +307,42 @@ def test_a_leftover_server_process_is_found_and_reported_before_the_next_config_
         assert not (run_dir / host / config / "unit.service").exists()
     # Once the leftover is gone, the host is clean again: the next config would start.
     assert not _listening(port)
+
+
+def test_automatic_repeats_under_spread_add_jobs_for_the_noisy_config_and_every_job_searches_the_slo(
+    tmp_path: Path,
+) -> None:
+    hosts = answering_lab_hosts()
+    # A run id of its own: the hosts keep their results, and a re-run would resume this run's points.
+    run_id = f"auto-{time.time_ns()}"
+    done = run_campaign(accepting_sglang(DECISION, tmp_path), tmp_path, run_id)
+    assert done.returncode == 0, done.stdout[-4000:]
+    run_dir = tmp_path / "labdecision" / run_id
+    fleet = json.loads((run_dir / "fleet.json").read_text())
+    jobs = {
+        config: [job for job in fleet["jobs"] if job["config"] == config] for config in ("steady", "noisy")
+    }
+    assert [job["id"] for job in jobs["steady"]] == [f"steady#r{repeat}" for repeat in range(4)]
+    assert [job["id"] for job in jobs["noisy"]] == [f"noisy#r{repeat}" for repeat in range(5)]
+    assert all(job["state"] == "ok" for job in fleet["jobs"])
+    # Judged by the queue on each job's own throughputs, which it kept.
+    assert fleet["judged"]["steady"]["count"] == 4
+    assert "within ±8 % after 4 repeats" in fleet["judged"]["steady"]["stopped"]
+    assert "maximum of 5 repeats reached" in fleet["judged"]["noisy"]["stopped"]
+    assert all(set(job["throughputs"]) == {"1", "64"} for job in fleet["jobs"])
+    for config in ("steady", "noisy"):
+        points = [
+            json.loads(line)
+            for host in hosts
+            if (run_dir / host / config / "points.jsonl").is_file()
+            for line in (run_dir / host / config / "points.jsonl").read_text().splitlines()
+        ]
+        for repeat in range(len(jobs[config])):
+            mine = {point["max_concurrency"]: point for point in points if point["repeat"] == repeat}
+            assert (mine[1]["slo_met"], mine[64]["slo_met"]) == (True, False), (config, repeat)
+            probes = sorted(level for level, point in mine.items() if point["level_source"] == "bisect")
+            met = max(level for level, point in mine.items() if point["slo_met"])
+            missed = min(level for level, point in mine.items() if not point["slo_met"])
+            assert probes and missed - met <= 4, (config, repeat, sorted(mine))
+    report = (run_dir / "report.md").read_text()
+    assert report.index("## Verdict") < report.index("## Headline")

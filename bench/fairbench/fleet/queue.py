@@ -191,7 +191,7 @@ class QueueState:
             repeat = 1 + max(max(job["repeats"]) for job in jobs)
             self.jobs.append(
                 {
-                    **{key: last[key] for key in ("config", "pool", "eligible", "nodes")},
+                    **{key: last[key] for key in ("config", "pool", "eligible", "nodes", "extends_repeats")},
                     **{"id": f"{config}#r{repeat}", "repeats": [repeat], "state": PENDING, "hosts": []},
                     **{"sticky": [], "claimed_at": None, "finished_at": None, "reason": None},
                 }
