@@ -262,7 +262,7 @@ class Sweep:
         return identity if identity.host else replace(identity, host=platform.node() or None)
 
     def todo(self, *, remeasure_failed: bool = False) -> list[tuple[float, int]]:
-        """(concurrency, repeat) of each point known to be measured: the listed levels of each repeat that
+        """(level, repeat) of each point known to be measured: the listed levels of each repeat that
         the results directory lacks, and with ``remeasure_failed`` those whose every request failed;
         repeat-major, so repeats are spread in time. Search probes and automatic repeats come on top,
         decided as the points come in (``next_point``)."""
@@ -284,7 +284,7 @@ class Sweep:
         return list(every) if only is None else sorted(only)
 
     def next_point(self, points: list[dict[str, Any]], skip: set[str]) -> tuple[float, int, str] | None:
-        """The next point to measure, as (concurrency, repeat, level source), given the directory's
+        """The next point to measure, as (level, repeat, level source), given the directory's
         ``points`` and the ids to ``skip`` (present, or measured by this call already); None when done.
 
         Repeat by repeat, its listed levels and then its search probes (``search_probe``); then, when this
@@ -299,8 +299,8 @@ class Sweep:
             probe = self.search_probe([point for point in points if point.get("repeat") == repeat])
             if probe is not None and self.spec.point_id(probe, repeat) not in skip:
                 return probe, repeat, BISECT
-        policy = self.spec.repeats
-        if not (isinstance(policy, AutoRepeats) and self.spec.extend_repeats):
+        policy = self._extending()
+        if policy is None:
             return None
         wanting = []
         for level in self.spec.levels():
@@ -311,6 +311,11 @@ class Sweep:
             return None
         _, level, repeat = min(wanting, key=lambda want: want[0])
         return level, repeat, LISTED
+
+    def _extending(self) -> AutoRepeats | None:
+        """The automatic repeats this call adds to, None when it adds none."""
+        policy = self.spec.repeats
+        return policy if isinstance(policy, AutoRepeats) and self.spec.extend_repeats else None
 
     def search_probe(self, points: list[dict[str, Any]]) -> int | None:
         """The next level to bisect at among one repeat's ``points``, None when the search is over.
@@ -391,11 +396,8 @@ class Sweep:
         """``repeats_stopped`` for a listed level's point after which automatic repeats add none to it:
         why (``stop_reason`` over its repeats so far and this one); nothing while more will come, or for
         a fixed number of repeats, a probe, or a job whose repeats the campaign's queue judges."""
-        policy = self.spec.repeats
-        if (
-            not (isinstance(policy, AutoRepeats) and self.spec.extend_repeats)
-            or point["level_source"] != LISTED
-        ):
+        policy = self._extending()
+        if policy is None or point["level_source"] != LISTED:
             return {}
         level = load_of(point)
         earlier = [other for other in _listed_points(points, level) if other["point_id"] != point["point_id"]]
