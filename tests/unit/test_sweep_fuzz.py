@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import re
 import tempfile
 from contextlib import redirect_stderr
@@ -18,6 +19,7 @@ from yarl import URL
 from fairbench.cli.main import OneLineErrorParser, UsageError
 from fairbench.cli.sweep import configure, spec_from_args, summary_table
 from fairbench.measure import bounds
+from fairbench.measure.repeats import AutoRepeats, Repeats
 from fairbench.measure.results import POINTS_FILE, SWEEP_FILE, ResultsDir, ResultsError
 from fairbench.measure.sweep import SweepSpec
 from fairbench.measure.workload import parse_count
@@ -37,11 +39,14 @@ OPTIONS = sorted(
     | {"--api", "--model", "--api-key", "--dataset", "--range-ratio", "--prompts-per-level", "--warmup"}
     | {"--repeats", "--seed", "--vocab-size", "--max-error-rate", "--gpus", "--energy-gpus"}
     | {"--connect-timeout", "--read-timeout", "--progress"}
+    | {"--slo", "--search-resolution", "--request-rate", "--arrival", "--burstiness", "--max-concurrency"}
 )
 # Near misses of what each option takes, beside arbitrary text.
 TRICKY = ["nan", "-nan", "inf", "-inf", "infx", "nanx", "1e11", "1e308", "1e-400", "-0", "0", "0x10", " 7 "]
 TRICKY += ["1_000", "5x", "-1x", "1e9x", "1,2,x", ",", "1,,2", "0,0", "99999999999999999999", "٣", "\x00"]
 TRICKY += ["http://", "https://h:99999", "http://[::1", "http://a..b", "http://:1", "file:///x", "", "x\ny"]
+TRICKY += ["auto", "auto:3:2:1", "auto:2:5:0", "auto:1:5:2", "auto:3:5", "ttft_p99_ms=2000", "ttft_p0_ms=1"]
+TRICKY += ["tpot_p50_ms=nan", "itl_p100_ms=-1", "e2e_latency_p99_ms", "gamma", "0.5,1,2", "1e-9"]
 numbers = st.integers(-(2**70), 2**70).map(str) | st.floats().map(repr)
 values = (
     st.text(max_size=30) | st.sampled_from(TRICKY) | numbers | st.lists(numbers, max_size=3).map(",".join)
@@ -88,21 +93,74 @@ def assert_usable(spec: SweepSpec) -> None:
         (bounds.SHARE, workload.range_ratio),
         (bounds.SEED, workload.seed),
         (bounds.SHARE, spec.max_error_rate),
-        (bounds.REPEATS, spec.repeats),
+        *repeat_bounds(spec.repeats),
         (bounds.CONNECT_TIMEOUT_S, spec.connect_timeout),
         (bounds.READ_TIMEOUT_S, spec.read_timeout),
         *((bounds.CONCURRENCY, level) for level in spec.concurrency),
+        *((bounds.REQUEST_RATE, rate) for rate in spec.request_rate),
+        *((bounds.CONCURRENCY, bound) for bound in [spec.max_concurrency] if bound is not None),
+        *((bounds.SEARCH_RESOLUTION, step) for step in [spec.search_resolution] if step is not None),
         *((bounds.GPU_INDEX, gpu) for gpu in spec.energy_gpus or []),
         *((bounds.VOCABULARY, size) for size in [workload.vocab_size] if size is not None),
         *((bounds.GPUS, gpus) for gpus in [spec.gpus] if gpus is not None),
     ]
     assert [(bound, value) for bound, value in checked if bound.problem(value)] == []
+    assert all(target.limit_ms > 0 and math.isfinite(target.limit_ms) for target in spec.slo)
+    assert spec.open_loop == (spec.max_concurrency is not None) != bool(spec.concurrency)
+    assert spec.search_resolution is None or (spec.slo and not spec.open_loop)
     for count in (spec.prompts_per_level, spec.warmup):
-        parse_count(count, max(spec.concurrency))
+        parse_count(count, max(spec.levels()))
+
+
+def repeat_bounds(repeats: Repeats) -> list[tuple[bounds.Bound, float]]:
+    if isinstance(repeats, AutoRepeats):
+        assert repeats.minimum <= repeats.maximum
+        return [
+            (bounds.AUTO_REPEATS, repeats.minimum),
+            (bounds.AUTO_REPEATS, repeats.maximum),
+            (bounds.HALF_WIDTH_PCT, repeats.half_width_pct),
+        ]
+    return [(bounds.REPEATS, repeats)]
 
 
 def test_the_valid_arguments_are_valid() -> None:
     assert isinstance(outcome({}), SweepSpec)
+
+
+def test_an_open_loop_and_the_objectives_are_valid_and_each_rule_across_options_is_named() -> None:
+    parser = OneLineErrorParser(prog=PROG)
+    configure(parser)
+    base = [f"{option}={value}" for option, value in VALID.items() if option != "--concurrency"]
+    spec = spec_from_args(parser.parse_args([*base, "--request-rate=0.5,2", "--max-concurrency=8"]))
+    assert (spec.request_rate, spec.max_concurrency, spec.levels()) == ([0.5, 2.0], 8, [0.5, 2.0])
+    assert_usable(spec)
+    rules = {
+        "--max-concurrency: an open loop needs its bound on requests in flight": ["--request-rate=1"],
+        "--max-concurrency: bounds an open loop": ["--concurrency=1", "--max-concurrency=4"],
+        "--burstiness: shapes gamma arrivals only": ["--concurrency=1", "--burstiness=2"],
+        "--search-resolution: searches for the highest level meeting an SLO": [
+            "--concurrency=1",
+            "--search-resolution=4",
+        ],
+        "--search-resolution: searches over --concurrency levels": [
+            "--request-rate=1",
+            "--max-concurrency=4",
+            "--slo=ttft_p99_ms=100",
+            "--search-resolution=4",
+        ],
+        "--slo: an objective is given twice": [
+            "--concurrency=1",
+            "--slo=ttft_p99_ms=1",
+            "--slo=ttft_p99_ms=2",
+        ],
+    }
+    for message, extra in rules.items():
+        try:
+            spec_from_args(parser.parse_args([*base, *extra]))
+        except UsageError as error:
+            assert str(error).startswith(message), (message, error)
+        else:
+            raise AssertionError(f"accepted: {extra}")
 
 
 @FAST
