@@ -4,7 +4,8 @@ Three runs of the demo campaign's configs, with a short workload and time scalin
 results_tree.py): ``fair`` (tp8, tp8-nccl, ep4, ep8; two repeats), ``unfair`` (one repeat; tp8's server
 ran with decode CUDA graphs disabled, which campaign.json does not declare, and ep8's server crashes
 mid-sweep) and ``rerun`` (the unfair campaign again: tp8 now with CUDA graphs, ep4 with an extra NCCL
-variable in its unit, ep8 never run). Expected figures are computed here from points.jsonl.
+variable in its unit, ep8 never run); and ``open_loop``, tp8 and ep4 driven at request rates instead of
+concurrency levels. Expected figures are computed here from points.jsonl.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from pathlib import Path
 from statistics import mean, stdev
 
 import pytest
+import yaml
 from tests.support.results_tree import REPO, Deviation, build_run, campaign_from, fairbench_report
 
+from fairbench.campaign.load import parse_campaign
 from fairbench.measure.stats import compare
 
 DEMO = REPO / "campaigns" / "demo.yml"
@@ -273,3 +276,75 @@ def test_the_html_report_is_self_contained_and_opens_in_headless_chromium(
     assert result.returncode == 0, result.stderr
     assert "CONSOLE" not in result.stderr, result.stderr
     assert screenshot.stat().st_size > 20_000  # a rendered page, not a blank one
+
+
+# --- an open loop ------------------------------------------------------------------------------------------
+
+RATES = (10, 40)
+"""Requests per second: at the simulator's time scale neither is near its limit."""
+
+
+@pytest.fixture(scope="module")
+def open_loop(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tp8 and ep4 at each of ``RATES`` (Poisson arrivals, at most 8 in flight), two repeats, against an
+    objective every level meets."""
+    data = yaml.safe_load(DEMO.read_text(encoding="utf-8"))
+    data["configs"] = {name: data["configs"][name] for name in ("tp8", "ep4")}
+    # An open loop has no concurrency list (campaign_from merges a workload, so cannot drop it).
+    del data["workload"]["concurrency"]
+    data["workload"] |= {
+        **{"input_len": 32, "output_len": 16, "prompts_per_level": "1x", "warmup": 0, "repeats": 2},
+        **{"request_rate": list(RATES), "max_concurrency": 8},
+    }
+    data["slo"] = {"tpot_p50_ms": 10_000.0}
+    data["common"]["sim"] = data["common"].get("sim", {}) | {"sim-time-scale": 0.02}
+    campaign = parse_campaign(yaml.safe_dump(data, sort_keys=False), str(DEMO), DEMO.parent)
+    run = build_run(tmp_path_factory.mktemp("results"), campaign, "open")
+    _report(run)
+    return run
+
+
+def _by_rate(points: list[dict[str, float]], key: str) -> dict[float, list[float]]:
+    levels: dict[float, list[float]] = {}
+    for point in points:
+        levels.setdefault(point["request_rate"], []).append(point[key])
+    return levels
+
+
+def test_an_open_loops_levels_are_its_request_rates_and_its_verdict_starts_at_the_lowest(
+    open_loop: Path,
+) -> None:
+    report = (open_loop / "report.md").read_text()
+    assert "request rate 10, 40 req/s (poisson, at most 8 in flight)" in report.split("## Verdict")[0]
+    verdict = _section(report, "## Verdict")
+    assert "- **Lowest load** (10 req/s, output tok/s): **" in verdict
+    assert "- **Highest request rate meeting the SLO** (`tpot_p50_ms` ≤ 10,000 ms;" in verdict
+    assert "C=" not in verdict
+    headline = _table(_section(report, "## Headline"))
+    levels = _section(report, "## Every request rate level")
+    for config in ("tp8", "ep4"):
+        points = _points(open_loop, config)
+        assert sorted(point["point_id"] for point in points) == [
+            f"rps{rate}-r{repeat}" for rate in RATES for repeat in (0, 1)
+        ]
+        assert {point["max_concurrency"] for point in points} == {8}
+        throughput = _by_rate(points, "output_throughput")
+        peak = max(throughput, key=lambda rate: mean(throughput[rate]))
+        row = headline[config]
+        assert row["out tok/s at lowest req/s"] == f"10 req/s: {_mean_ci(throughput[10])}"
+        assert row["peak at req/s"] == f"{peak:g}"
+        assert row["highest request rate meeting SLO"] == "at least 40 req/s"
+        rows = _table(_section(levels, f"### {config}"))
+        assert list(rows) == [str(rate) for rate in RATES]
+        achieved = _by_rate(points, "achieved_request_rate")
+        for rate in RATES:
+            behind = sum(value < 0.95 * rate for value in achieved[rate])
+            mark = ["", " (behind on 1 of 2)", " (behind)"][behind]
+            assert rows[str(rate)]["achieved req/s"] == _mean_ci(achieved[rate], 2) + mark
+            for key, column in (("median_send_delay_ms", "p50"), ("p99_send_delay_ms", "p99")):
+                delays = _by_rate(points, key)[rate]
+                assert rows[str(rate)][f"send delay {column} ms"] == _mean_ci(delays, 2)
+            assert rows[str(rate)]["out tok/s"] == _mean_ci(throughput[rate])
+    comparisons = _section(report, "### Comparisons")
+    assert "- **tp8** vs **ep4**: output tok/s 10 req/s: " in comparisons
+    assert "Aggregate output throughput against request rate" in report

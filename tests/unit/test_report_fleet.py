@@ -1,8 +1,9 @@
 """The report of campaigns run over a fleet (tests/support/results_tree.py, real sweeps against the
 simulator): ``spread`` (the demo's five configs over lab1 and lab2, two repeats, each repeat a job placed
 by the test; ep8's repeats on both hosts, ep8-eplb one server over both; lab2's driver differs, which the
-campaign accepts), ``every-host`` (tp8 and ep4 on each of lab1 and lab2), and a run whose campaign.json
-and status.json predate fleets. Expected figures are computed here from the trees' files.
+campaign accepts), ``judged`` (tp8 and ep4 spread with automatic repeats, which the queue judges),
+``every-host`` (tp8 and ep4 on each of lab1 and lab2), and a run whose campaign.json and status.json predate
+fleets. Expected figures are computed here from the trees' files.
 """
 
 from __future__ import annotations
@@ -246,6 +247,69 @@ def test_what_fleet_json_says_went_wrong_is_on_the_first_screen(spread: Path, tm
         f"> - `{job['id']}` ({job['config']}, repeats 0): unplaced: every host that may take it is gone"
     ) in first_screen
     assert "> - pool `gpu_hosts`, `sglang`: lab1: `0.5.23`; lab2: `0.5.22`" in first_screen
+
+
+# --- automatic repeats judged by the queue ------------------------------------------------------------------
+
+AUTOMATIC = {"min": 2, "max": 3, "half_width_pct": 50}
+
+
+@pytest.fixture(scope="module")
+def judged(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    campaign = campaign_from(
+        DEMO,
+        configs=["tp8", "ep4"],
+        workload={**BRIEF_WORKLOAD, "repeats": AUTOMATIC},
+        sim={"sim-time-scale": 0.02},
+        fleet={"placement": "spread"},
+    )
+    return build_fleet_run(tmp_path_factory.mktemp("results"), campaign, "judged")
+
+
+def judged_line(count: int, stopped: str) -> str:
+    return (
+        f"Automatic repeats, judged by the run's queue over its jobs (fleet.json): {count} repeat(s); "
+        f"why no more: {stopped}."
+    )
+
+
+def test_why_the_queue_stopped_a_configs_repeats_is_under_its_levels(judged: Path) -> None:
+    fleet = json.loads((judged / "fleet.json").read_text())
+    assert set(fleet["judged"]) == {"tp8", "ep4"}
+    run = load_run(judged)
+    assert run.fleet is not None and set(run.fleet.judged) == {"tp8", "ep4"}
+    report = markdown(run)
+    for config, entry in fleet["judged"].items():
+        jobs = [job for job in fleet["jobs"] if job["config"] == config]
+        assert entry["count"] == len(jobs) in (2, 3)
+        # The queue judged each listed level over the config's jobs, one repeat each.
+        assert [part.split(": ", 1)[0] for part in entry["stopped"].split("; ")] == ["c1", "c4"]
+        levels = section(report, f"### {config}")
+        assert f"\n{judged_line(entry['count'], entry['stopped'])}\n" in levels
+        # A sweep of one repeat judges nothing itself: the table's repeats are the queue's count.
+        assert {row["repeats"] for row in table(levels).values()} == {str(entry["count"])}
+    assert "each level measured 2 to 3 times" in report[: report.index("## Headline")]
+
+
+def test_a_broken_judgement_is_named_and_left_out_and_fixed_repeats_have_none(
+    judged: Path, spread: Path, tmp_path: Path
+) -> None:
+    copy = shutil.copytree(judged, tmp_path / "demo" / "broken")
+    fleet = json.loads((copy / "fleet.json").read_text())
+    fleet["judged"]["ep4"] = {"count": "two", "stopped": fleet["judged"]["ep4"]["stopped"]}
+    (copy / "fleet.json").write_text(json.dumps(fleet))
+    run = load_run(copy)
+    assert run.fleet is not None and list(run.fleet.judged) == ["tp8"]
+    report = markdown(run)
+    assert (
+        f'{copy / "fleet.json"}: judged.ep4.count: "two" is not a whole number of at least 1; judgement not '
+        "shown"
+    ) in report[: report.index("## Headline")]
+    assert "judged by the run's queue" in section(report, "### tp8")
+    assert "judged by the run's queue" not in section(report, "### ep4")
+    # Fixed repeats: the queue judges nothing, and fleet.json has no `judged`.
+    assert "judged" not in json.loads((spread / "fleet.json").read_text())
+    assert "judged by the run's queue" not in markdown(load_run(spread))
 
 
 # --- the campaign's overhead -------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from tests.support.report_files import CAMPAIGN, first_screen, lines, point, replaced, without
 
-from fairbench.measure.results import ResultsError
+from fairbench.measure.results import ResultsError, point_id
 from fairbench.report.build import headlines, report_blocks
 from fairbench.report.load import ConfigResult, Run, load_run
 from fairbench.report.markdown import render_markdown
@@ -52,9 +52,12 @@ def markdown(run: Run) -> str:
     return render_markdown(blocks)
 
 
-def level_rows(report: str, config: str) -> dict[str, dict[str, str]]:
-    """The rows of ``config``'s table under "Every concurrency level", by C."""
-    start = report.index(f"### {config}\n", report.index("## Every concurrency level"))
+def level_rows(
+    report: str, config: str, heading: str = "## Every concurrency level"
+) -> dict[str, dict[str, str]]:
+    """The rows of ``config``'s table under ``heading`` (an open loop's: "Every request rate level"), by
+    its level."""
+    start = report.index(f"### {config}\n", report.index(heading))
     section = report[start:].split("\n#", 1)[0]
     table = [line for line in section.splitlines() if line.startswith("|")]
     header = [cell.strip() for cell in table[0].strip("|").split("|")]
@@ -157,6 +160,41 @@ def test_a_level_where_nothing_completed_shows_its_latencies_as_missing(tmp_path
         "-",
     ]
     assert rows["1"]["TTFT p50 ms"] == "10.0"
+
+
+def open_point(rate: float, achieved: object, **figures: object) -> dict[str, object]:
+    """An open loop's point at ``rate`` req/s (at most 8 in flight), its requests sent at ``achieved``."""
+    return point(
+        8,
+        point_id=point_id(rate, 0, open_loop=True),
+        request_rate=rate,
+        achieved_request_rate=achieved,
+        median_send_delay_ms=0.25,
+        p99_send_delay_ms=1.5,
+        **figures,
+    )
+
+
+def test_an_open_loops_achieved_rate_may_be_null_or_infinite_but_not_text(tmp_path: Path) -> None:
+    nothing = {"completed": 0, "failed": 16, "output_throughput": 0.0, "median_ttft_ms": 0.0}
+    content = lines(open_point(1, None, **nothing), open_point(2, float("inf")), open_point(4, "fast"))
+    on_time = lines(open_point(1, 1.0), open_point(2, 2.0))
+    run = load_run(write_run(tmp_path, {"tp8": {"points.jsonl": content}, "ep4": {"points.jsonl": on_time}}))
+    points = run.path / "lab1" / "tp8" / "points.jsonl"
+    assert result(run, "tp8").problems == (
+        f'{points}:3: achieved_request_rate: "fast" is not null or a number; line skipped',
+        f"{points}:2: point rps2-r0: achieved_request_rate is inf, shown as such",
+    )
+    rows = level_rows(markdown(run), "tp8", "## Every request rate level")
+    assert list(rows) == ["1", "2"]
+    # Nothing completed at 1 req/s: no latency, and no achieved rate (one request sent or none), but the
+    # send delays are of the requests sent.
+    assert [rows["1"][column] for column in ("achieved req/s", "TTFT p50 ms", "send delay p50 ms")] == [
+        "-",
+        "-",
+        "0.25",
+    ]
+    assert rows["2"]["achieved req/s"] == "inf"
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,9 @@
 """The report's verdict (fairbench.report.verdict): per regime the best config, its margin over the next with
 the Welch interval, and whether that is significant after Holm's correction over every comparison the
 verdict makes. Trees are written here from point lines with chosen throughputs (the contract's fields:
-``slo_met``, ``level_source``, ``repeats_stopped``); expected p-values come from stats.welch_p_value, whose
-t distribution tests/unit/test_stats.py checks against numerical integration.
+``slo_met``, ``level_source``, ``repeats_stopped``, and an open loop's ``request_rate`` and
+``achieved_request_rate``); expected p-values come from stats.welch_p_value, whose t distribution
+tests/unit/test_stats.py checks against numerical integration.
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ from typing import Any
 import pytest
 from tests.support.report_files import CAMPAIGN, lines, point
 
+from fairbench.measure.results import point_id
 from fairbench.measure.stats import holm, welch_p_value
+from fairbench.report import plots
 from fairbench.report.build import headlines, report_blocks, write_report
 from fairbench.report.load import Run, load_run
 from fairbench.report.markdown import render_markdown
+from fairbench.report.plots import Line
 from fairbench.report.verdict import LOWEST, PEAK, UNDER_SLO, Verdict, verdict
 
 SETTINGS_FILES = {"server_info.json": "{}", "host.json": "{}", "unit.service": ""}
@@ -446,3 +450,132 @@ def test_two_runs_say_per_config_whether_it_changed_after_holm_and_show_each_slo
         "C=4",
         "at least C=16",
     )
+
+
+# --- an open loop ------------------------------------------------------------------------------------------
+
+RATES = (2.5, 10.0)
+IN_FLIGHT = 8
+
+
+def open_points(
+    throughputs: Mapping[float, Sequence[float]], achieved: Mapping[float, Sequence[float]]
+) -> list[dict[str, Any]]:
+    """An open loop's point per rate and repeat (at most ``IN_FLIGHT`` requests in flight at every rate),
+    with its throughput and the rate its requests went out at."""
+    return [
+        point(
+            IN_FLIGHT,
+            repeat,
+            point_id=point_id(rate, repeat, open_loop=True),
+            request_rate=rate,
+            achieved_request_rate=achieved[rate][repeat],
+            median_send_delay_ms=0.5 + repeat,
+            p99_send_delay_ms=2.0 + repeat,
+            max_send_delay_ms=3.0 + repeat,
+            arrival="poisson",
+            burstiness=1.0,
+            output_throughput=value,
+        )
+        for rate, values in throughputs.items()
+        for repeat, value in enumerate(values)
+    ]
+
+
+def open_loop_run(root: Path, configs: Mapping[str, Sequence[dict[str, Any]]], **options: Any) -> Path:
+    """``write_run`` of an open loop: campaign.json's workload has request rates instead of concurrency."""
+    path = write_run(root, configs, **options)
+    campaign = json.loads((path / "campaign.json").read_text())
+    workload = {key: value for key, value in campaign["workload"].items() if key != "concurrency"}
+    open_loop = {"request_rate": list(RATES), "arrival": "poisson", "burstiness": 1.0}
+    campaign["workload"] = workload | open_loop | {"max_concurrency": IN_FLIGHT}
+    (path / "campaign.json").write_text(json.dumps(campaign))
+    return path
+
+
+ON_TIME = {2.5: [2.45, 2.55], 10.0: [9.7, 10.2]}
+"""Achieved rates within 5 % of the target on every repeat."""
+
+
+def test_an_open_loop_names_each_level_by_its_rate_and_marks_an_achieved_rate_behind_the_target(
+    tmp_path: Path,
+) -> None:
+    # tp8 at 2.5 req/s: one repeat sent at 2.3 (< 0.95 x 2.5 = 2.375); at 10 req/s both at 9.0 and 9.4.
+    tp8 = open_points({2.5: [50.0, 51.0], 10.0: [200.0, 204.0]}, {2.5: [2.3, 2.5], 10.0: [9.0, 9.4]})
+    ep4 = open_points({2.5: [48.0, 49.0], 10.0: [190.0, 192.0]}, ON_TIME)
+    run = load_run(open_loop_run(tmp_path, {"tp8": tp8, "ep4": ep4}))
+    assert [(level.label, len(level.points)) for level in headlines([run])[0][0].levels] == [
+        ("2.5 req/s", 2),
+        ("10 req/s", 2),
+    ]
+    report = markdown(run)
+    assert "request rate 2.5, 10 req/s (poisson, at most 8 in flight)" in report.split("## Verdict")[0]
+    assert bullet(report, LOWEST).startswith("- **Lowest load** (2.5 req/s, output tok/s): **tp8**: 50.5 ± ")
+    assert "**tp8** at 10 req/s: 202.0 ± " in bullet(report, PEAK)
+    assert "C=" not in section(report, "## Verdict")
+    headline = table(section(report, "## Headline"))
+    assert headline["tp8"]["out tok/s at lowest req/s"].startswith("2.5 req/s: 50.5 ± ")
+    assert headline["tp8"]["peak at req/s"] == "10"
+    assert "**tp8** vs **ep4**: output tok/s 2.5 req/s: " in section(report, "### Comparisons")
+    levels = section(report, "## Every request rate level")
+    assert "`(behind)`: the requests went out at less than 95 % of the target rate" in levels
+    tp8_rows, ep4_rows = table(section(levels, "### tp8")), table(section(levels, "### ep4"))
+    assert list(tp8_rows) == ["2.5", "10"]
+    assert tp8_rows["2.5"]["achieved req/s"] == "2.40 ± 1.27 (behind on 1 of 2)"
+    assert tp8_rows["10"]["achieved req/s"] == "9.20 ± 2.54 (behind)"
+    assert ep4_rows["10"]["achieved req/s"] == "9.95 ± 3.18"
+    # Send delays: 0.5 and 1.5 ms at p50, 2 and 3 ms at p99 (open_points).
+    assert (tp8_rows["2.5"]["send delay p50 ms"], tp8_rows["2.5"]["send delay p99 ms"]) == (
+        "1.00 ± 6.35",
+        "2.50 ± 6.35",
+    )
+
+
+def test_an_open_loops_slo_regime_is_the_highest_request_rate_meeting_it(tmp_path: Path) -> None:
+    met = {2.5: [True, True], 10.0: [True, False]}
+    configs = {
+        name: [
+            found | {"slo_met": met[found["request_rate"]][found["repeat"]]}
+            for found in open_points({2.5: [value, value + 1], 10.0: [4 * value, 4 * value + 2]}, ON_TIME)
+        ]
+        for name, value in (("tp8", 50.0), ("ep4", 40.0))
+    }
+    report = markdown(load_run(open_loop_run(tmp_path, configs, slo=SLO)))
+    text = bullet(report, "highest request rate meeting the SLO")
+    assert "output tok/s at each config's highest request rate meeting it, every request rate below" in text
+    assert "**tp8** at 2.5 req/s: 50.5 ± " in text and "over **ep4** at 2.5 req/s" in text
+    headline = table(section(report, "## Headline"))
+    assert headline["tp8"]["highest request rate meeting SLO"] == "2.5 req/s"
+    assert table(section(report, "### tp8"))["10"]["SLO met"] == "1 of 2"
+
+
+def test_two_open_loop_runs_and_two_hosts_compare_rate_with_rate(tmp_path: Path) -> None:
+    tp8 = open_points({2.5: [50.0, 51.0], 10.0: [200.0, 204.0]}, ON_TIME)
+    ep4 = open_points({2.5: [48.0, 49.0], 10.0: [190.0, 192.0]}, ON_TIME)
+    configs = {"tp8": tp8, "ep4": ep4}
+    run_a = load_run(open_loop_run(tmp_path, configs, run_id="a"))
+    run_b = load_run(open_loop_run(tmp_path, configs, run_id="b"))
+    side = table(section(markdown(run_a, run_b), "## Side by side"))
+    assert side["tp8"]["out tok/s lowest req/s, a"].endswith(" (2.5 req/s)")
+    assert side["tp8"]["out tok/s peak, b"].endswith(" (10 req/s)")
+    assert side["tp8"]["B vs A, lowest req/s"] == "+0.0 % (within noise)"
+    hosts = load_run(
+        open_loop_run(tmp_path, configs, run_id="hosts", hosts=("lab1", "lab2"), placement="every-host")
+    )
+    hardware = table(section(markdown(hosts), "### tp8"))
+    assert list(hardware) == ["2.5", "10"]
+    assert hardware["10"]["lab1 vs lab2"] == "+0.0 % (within noise)"
+
+
+def test_the_plots_x_axis_is_the_request_rate_in_an_open_loop(tmp_path: Path) -> None:
+    configs = {"tp8": open_points({2.5: [50.0, 51.0], 10.0: [200.0, 204.0]}, ON_TIME)}
+    run = load_run(open_loop_run(tmp_path, configs))
+    lines = [Line("tp8", "#1f77b4", "-", headlines([run])[0][0].levels)]
+    _, (axes,) = plots._figure(8, 5)
+    plots._load_axis(axes, lines)
+    assert axes.get_xlabel() == "request rate (req/s, log2 scale)"
+    assert [label.get_text() for label in axes.get_xticklabels()] == ["2.5", "10"]
+    closed = load_run(write_run(tmp_path / "closed", {"tp8": level_points({1: [1.0], 4: [4.0]})}))
+    _, (axes,) = plots._figure(8, 5)
+    plots._load_axis(axes, [Line("tp8", "#1f77b4", "-", headlines([closed])[0][0].levels)])
+    assert axes.get_xlabel() == "concurrency (requests in flight, log2 scale)"

@@ -27,8 +27,10 @@ from fairbench.report.differences import (
     threats,
 )
 from fairbench.report.figures import (
+    ACHIEVED_RATE,
     ENERGY_COLUMNS,
     LEVEL_COLUMNS,
+    OPEN_LOOP_COLUMNS,
     SLO_ATTAINMENT,
     SLO_COLUMNS,
     THROUGHPUT,
@@ -40,13 +42,34 @@ from fairbench.report.fleet_blocks import (
     fleet_alerts,
     hardware_blocks,
     hosts_cell,
+    judged_note,
     overhead_blocks,
     repeats_note,
 )
+from fairbench.report.fleet_file import Fleet
 from fairbench.report.formatting import Label, change, corrected_change, figure, labeller, setting_values
 from fairbench.report.load import ConfigResult, ConfigRun, Job, Run
-from fairbench.report.summary import SLO_MET, Headline, Level, estimate_of, pairwise
-from fairbench.report.verdict import campaign_slo, objectives_text, run_changes, verdict, verdict_blocks
+from fairbench.report.summary import (
+    BEHIND,
+    CLOSED_LOOP,
+    OPEN_LOOP,
+    SLO_MET,
+    Headline,
+    Level,
+    Loop,
+    estimate_of,
+    loop_of,
+    pairwise,
+)
+from fairbench.report.verdict import (
+    UNDER_SLO,
+    campaign_slo,
+    objectives_text,
+    regime_title,
+    run_changes,
+    verdict,
+    verdict_blocks,
+)
 
 MISSING_FIGURE = (
     "`-`: not measured: the points lack the figure, or it is a latency (or the per-user speed) of a level "
@@ -252,15 +275,17 @@ def _repeats_text(setting: object) -> str:
 
 
 def _load_text(workload: dict[str, Any]) -> str:
-    """``concurrency 1, 8, 64`` (closed loop) or ``request rate 1, 2 req/s (poisson), at most 64 in
-    flight`` (open loop)."""
-    if "request_rate" in workload:
-        rates = ", ".join(f"{rate:g}" for rate in workload["request_rate"])
-        return (
-            f"request rate {rates} req/s ({workload.get('arrival', 'poisson')}), at most "
-            f"{workload.get('max_concurrency')} in flight"
-        )
-    return f"concurrency {', '.join(map(str, workload.get('concurrency', [])))}"
+    """``concurrency 1, 8, 64`` (closed loop) or ``request rate 1, 2 req/s (poisson, at most 64 in
+    flight)`` (open loop; gamma arrivals with their burstiness)."""
+    listed = workload.get("request_rate") or workload.get("concurrency") or []
+    loop = OPEN_LOOP if workload.get("request_rate") else CLOSED_LOOP
+    levels = ", ".join(map(loop.value, listed))
+    if not loop.open:
+        return f"{loop.noun} {levels}"
+    arrival = str(workload.get("arrival", "poisson"))
+    if arrival == "gamma":
+        arrival += f", burstiness {workload.get('burstiness', 1.0):g}"
+    return f"{loop.noun} {levels} req/s ({arrival}, at most {workload.get('max_concurrency')} in flight)"
 
 
 def _campaign_line(run: Run) -> Paragraph:
@@ -288,21 +313,42 @@ def _at(line: Headline, level: Level | None, key: str, digits: int = 1) -> str:
     return figure(level.estimate(key) if level else None, digits)
 
 
+def _loop(headlines: Sequence[Headline]) -> Loop:
+    """Whether the configs' levels are concurrencies or request rates (``summary.loop_of``)."""
+    return loop_of(level for line in headlines for level in line.levels)
+
+
+def _reach_title(loop: Loop) -> str:
+    """The column of the verdict's ``UNDER_SLO`` regime: ``highest load under SLO``, ``highest request
+    rate meeting SLO``."""
+    return regime_title(UNDER_SLO, loop).replace(" the SLO", " SLO")
+
+
+def _lowest_prefix(level: Level | None) -> str:
+    """What names the lowest level beside its figure: nothing at C=1, else its label (``C=4: ``,
+    ``2 req/s: ``)."""
+    if level is None or (not level.open_loop and level.load == 1):
+        return ""
+    return f"{level.label}: "
+
+
 def headline_table(
     headlines: Sequence[Headline], label: Label, *, hosts: bool = False, slo: bool = False
 ) -> Table:
     """One row per config; ``hosts``: with the hosts each ran on (spread), and what that does to its
     intervals; ``slo``: with its highest load under the campaign's SLO."""
+    loop = _loop(headlines)
+    lowest = f"lowest {loop.symbol}"
     header = [
         "config",
         *(["hosts"] if hosts else []),
         "status",
-        "out tok/s at lowest C",
+        f"out tok/s at {lowest}",
         "peak out tok/s",
-        "peak at C",
+        f"peak at {loop.symbol}",
         "peak tok/s per GPU",
-        "TTFT p50 / p99 ms, lowest C",
-        "TPOT p50 ms, lowest C",
+        f"TTFT p50 / p99 ms, {lowest}",
+        f"TPOT p50 ms, {lowest}",
         "TTFT p50 / p99 ms, peak",
         "TPOT p50 ms, peak",
         "failed requests",
@@ -311,7 +357,7 @@ def headline_table(
     if energy:
         header.append("out tok/J, peak")
     if slo:
-        header.append("highest load under SLO")
+        header.append(_reach_title(loop))
     rows = []
     for line in headlines:
         first, peak = line.first, line.peak
@@ -323,10 +369,9 @@ def headline_table(
                 label(line.result),
                 *([hosts_cell(line.result) + (f" ({note})" if note else "")] if hosts else []),
                 line.result.state,
-                (f"C={first.concurrency}: " if first and first.concurrency != 1 else "")
-                + _at(line, first, THROUGHPUT),
+                _lowest_prefix(first) + _at(line, first, THROUGHPUT),
                 _at(line, peak, THROUGHPUT),
-                str(peak.concurrency) if peak else "-",
+                loop.cell(peak) if peak else "-",
                 figure(estimate_of(per_gpu)),
                 f"{_at(line, first, 'median_ttft_ms')} / {_at(line, first, 'p99_ttft_ms')}",
                 _at(line, first, "median_tpot_ms", 2),
@@ -346,8 +391,8 @@ def _has_energy(points: Sequence[dict[str, Any]]) -> bool:
 
 
 def _reach_text(line: Headline) -> str:
-    """The highest load under the SLO (``summary.slo_reach``): ``C=32``, ``at least C=64`` or ``no level``;
-    ``-`` where the points were not judged against it."""
+    """The highest load under the SLO (``summary.slo_reach``): ``C=32``, ``at least C=64`` (``8 req/s``)
+    or ``no level``; ``-`` where the points were not judged against it."""
     reach = line.slo
     return reach.text() if reach else "-"
 
@@ -371,16 +416,39 @@ def _slo_cells(level: Level) -> list[str]:
 
 SEARCHED = "(search)"
 """After a level's concurrency: the SLO search chose it (``level_source: bisect``)."""
+BEHIND_MARK = "(behind)"
+"""After an open loop's achieved rate: it fell short of the target (``Level.behind``)."""
+BEHIND_NOTE = (
+    f"`{BEHIND_MARK}`: the requests went out at less than {BEHIND * 100:g} % of the target rate (on the "
+    "repeats counted), so the level measured less load than it names: the client or the server fell behind; "
+    "unless the send delays are small, when the requests went out on schedule and the random schedule "
+    "itself, over few requests, ran slow."
+)
+
+
+def _open_loop_cells(level: Level) -> list[str]:
+    """The achieved rate (marked where it fell behind the target), the send delays."""
+    (_, achieved_key, digits), *delays = OPEN_LOOP_COLUMNS
+    achieved = figure(level.estimate(achieved_key), digits)
+    counted = len(level.values(ACHIEVED_RATE))
+    if level.behind:
+        every = level.behind == counted
+        achieved += f" {BEHIND_MARK}" if every else f" (behind on {level.behind} of {counted})"
+    return [achieved, *(figure(level.estimate(key), digits) for _, key, digits in delays)]
 
 
 def level_table(line: Headline) -> Table:
-    """Every level of a config; with why its repeats stopped (automatic repeats) and its figures against
-    the SLO, where its points have them."""
+    """Every level of a config; an open loop's with the rate its requests achieved and how late they went
+    out; with why its repeats stopped (automatic repeats) and its figures against the SLO, where its points
+    have them."""
+    loop = loop_of(line.levels)
     columns = LEVEL_COLUMNS + ENERGY_COLUMNS if _has_energy(line.result.points) else LEVEL_COLUMNS
+    sending = OPEN_LOOP_COLUMNS if any(level.open_loop for level in line.levels) else ()
     stopped = any(level.repeats_stopped for level in line.levels)
     slo = any(level.slo_met is not None for level in line.levels)
     header = [
-        "C",
+        loop.symbol,
+        *(title for title, _, _ in sending),
         "repeats, why stopped" if stopped else "repeats",
         *(title for title, _, _ in columns),
         *(["SLO met", "requests within SLO %", *(title for title, _, _ in SLO_COLUMNS)] if slo else []),
@@ -390,16 +458,18 @@ def level_table(line: Headline) -> Table:
         reason = level.repeats_stopped
         rows.append(
             [
-                str(level.concurrency) + ("" if level.listed else f" {SEARCHED}"),
+                loop.cell(level) + ("" if level.listed else f" {SEARCHED}"),
+                *(_open_loop_cells(level) if sending else []),
                 str(len(level.points)) + (f": {reason}" if reason else ""),
                 *(figure(level.estimate(key), digits) for _, key, digits in columns),
                 *(_slo_cells(level) if slo else []),
             ]
         )
     numeric = [True] * len(header)
-    numeric[1] = not stopped
+    repeats = 1 + len(sending)
+    numeric[repeats] = not stopped
     if slo:
-        numeric[2 + len(columns)] = False
+        numeric[repeats + 1 + len(columns)] = False
     return Table(header, rows, numeric)
 
 
@@ -408,9 +478,9 @@ def _comparison_list(headlines: Sequence[Headline], label: Label, *, same_host: 
     by_pair: dict[tuple[int, int], list[str]] = {}
     for pair in pairwise(headlines, (lambda line: line.result.host) if same_host else None):
         level_a, level_b = pair.a.level(pair.figure), pair.b.level(pair.figure)
-        where = f"C={level_a.concurrency}" if pair.figure == "first" else "peak"
+        where = level_a.label if pair.figure == "first" else "peak"
         if pair.figure == "peak":
-            where += f" (C={level_a.concurrency} vs C={level_b.concurrency})"
+            where += f" ({level_a.label} vs {level_b.label})"
         text = f"{where}: {change(pair.comparison)}"
         by_pair.setdefault(
             (id(pair.a), id(pair.b)), [f"**{label(pair.a.result)}** vs **{label(pair.b.result)}**"]
@@ -541,14 +611,22 @@ def failure_blocks(configs: Sequence[ConfigRun], label: Label) -> list[Block]:
 # --- the reports -----------------------------------------------------------------------------------------
 
 
-def _level_blocks(headlines: Sequence[Headline], label: Label) -> list[Block]:
-    blocks: list[Block] = [Heading(2, "Every concurrency level"), Paragraph(MISSING_FIGURE)]
+def _level_blocks(headlines: Sequence[Headline], label: Label, fleet: Fleet | None) -> list[Block]:
+    """Every level of each config, with where its repeats ran and, where the run's queue judged them
+    (automatic repeats under spread), why it added no more."""
+    behind = any(level.behind for line in headlines for level in line.levels)
+    blocks: list[Block] = [
+        Heading(2, f"Every {_loop(headlines).noun} level"),
+        Paragraph(" ".join([MISSING_FIGURE, *([BEHIND_NOTE] if behind else [])])),
+    ]
     for line in headlines:
         note = repeats_note(line.result)
+        judged = judged_note(fleet, line.result.name)
         blocks += [
             Heading(3, label(line.result)),
             *([Paragraph(f"{hosts_cell(line.result)}: {note}.")] if note else []),
             level_table(line) if line.levels else Paragraph("No points."),
+            *([Paragraph(judged)] if judged else []),
         ]
     return blocks
 
@@ -560,12 +638,11 @@ COMPARISONS_NOTE = (
 PARETO = "pareto.png"
 
 
-def _plot_figures(plots: Sequence[Path], *, pareto: bool) -> list[Block]:
-    """The Pareto plot (``pareto``), or every other plot."""
+def _plot_figures(plots: Sequence[Path], loop: Loop, *, pareto: bool) -> list[Block]:
+    """The Pareto plot (``pareto``), or every other plot, their x axes ``loop``'s levels."""
+    captions = _plot_captions(loop)
     return [
-        Figure(path, _PLOT_CAPTIONS.get(path.name, path.stem))
-        for path in plots
-        if (path.name == PARETO) == pareto
+        Figure(path, captions.get(path.name, path.stem)) for path in plots if (path.name == PARETO) == pareto
     ]
 
 
@@ -581,7 +658,8 @@ def run_blocks(
     name: Label = (lambda result: result.name) if found.hosts else label
     blocks += verdict_blocks(found, name, unfair=_unfair_pointer(pairs, [run]))
     blocks += _first_screen(run, pairs, label, headlines)
-    blocks += _plot_figures(plots, pareto=True)
+    loop = _loop(headlines)
+    blocks += _plot_figures(plots, loop, pareto=True)
     headline = headline_table(headlines, label, hosts=spread, slo=bool(found.slo))
     blocks += [Heading(2, "Headline"), headline]
     blocks += [
@@ -591,7 +669,7 @@ def run_blocks(
     ]
     if hardware:
         blocks += hardware_blocks(headlines, label)
-    blocks += [Heading(2, "Plots"), *_plot_figures(plots, pareto=False)]
+    blocks += [Heading(2, "Plots"), *_plot_figures(plots, loop, pareto=False)]
     between = (
         "between the configs of each host, and between the hosts of each config"
         if hardware
@@ -603,7 +681,7 @@ def run_blocks(
     blocks += [Heading(2, "What differed"), _differences_intro(between, notes)]
     blocks += difference_blocks(pairs, label, 3)
     blocks += [Heading(3, "Not compared, and why"), ignored_fields_table()]
-    blocks += _level_blocks(headlines, label)
+    blocks += _level_blocks(headlines, label, run.fleet)
     blocks += overhead_blocks(run)
     failures = failure_blocks(run.configs, label)
     if failures:
@@ -611,14 +689,15 @@ def run_blocks(
     return blocks
 
 
-_PLOT_CAPTIONS = {
-    "throughput.png": "Aggregate output throughput against concurrency",
-    PARETO: (
-        "Per-user decode speed against output throughput per GPU (aggregate where a config's GPUs are "
-        "unknown), each point one level, with the Pareto frontier; with an SLO, hollow points missed it"
-    ),
-    "latency.png": "TTFT p50, TTFT p99 and TPOT p50 against concurrency",
-}
+def _plot_captions(loop: Loop) -> dict[str, str]:
+    return {
+        "throughput.png": f"Aggregate output throughput against {loop.noun}",
+        PARETO: (
+            "Per-user decode speed against output throughput per GPU (aggregate where a config's GPUs are "
+            "unknown), each point one level, with the Pareto frontier; with an SLO, hollow points missed it"
+        ),
+        "latency.png": f"TTFT p50, TTFT p99 and TPOT p50 against {loop.noun}",
+    }
 
 
 def _side_by_side(
@@ -646,27 +725,28 @@ def _side_by_side(
                 continue
             level_a, level_b = line_a.level(figure_name), line_b.level(figure_name)
             row += [
-                f"{figure(level_a.estimate(THROUGHPUT))} (C={level_a.concurrency})",
-                f"{figure(level_b.estimate(THROUGHPUT))} (C={level_b.concurrency})",
+                f"{figure(level_a.estimate(THROUGHPUT))} ({level_a.label})",
+                f"{figure(level_b.estimate(THROUGHPUT))} ({level_b.label})",
                 corrected_change(found.comparison, found.significant),
             ]
         if slo:
             row += [_reach_text(line_a), _reach_text(line_b)]
         rows.append(row)
+    loop = _loop([*headlines[0], *headlines[1]])
     header = ["config", "status A / B"]
-    for where in ("lowest C", "peak"):
+    for where in (f"lowest {loop.symbol}", "peak"):
         header += [
             f"out tok/s {where}, {run_a.run_id}",
             f"out tok/s {where}, {run_b.run_id}",
             f"B vs A, {where}",
         ]
     if slo:
-        header += [f"highest load under SLO, {run.run_id}" for run in (run_a, run_b)]
+        header += [f"{_reach_title(loop)}, {run.run_id}" for run in (run_a, run_b)]
     note = (
         f"B vs A: each config's output tok/s in run {run_b.run_id} against run {run_a.run_id}, Welch's "
-        f"two-sided t-test, Holm-corrected over the {tested} change(s) tested (each config at its lowest C "
-        "and at its peak): `significant` is more than noise, with at most a 5 % chance that any of them is "
-        "a false alarm."
+        f"two-sided t-test, Holm-corrected over the {tested} change(s) tested (each config at its lowest "
+        f"{loop.symbol} and at its peak): `significant` is more than noise, with at most a 5 % chance that "
+        "any of them is a false alarm."
     )
     if slo and objectives[0] != objectives[1]:
         note += " The runs' SLOs differ: " + "; ".join(
@@ -725,7 +805,12 @@ def comparison_blocks(
             alert = _confidence_alert(setting, lines)
             blocks.append(Alert(alert.kind, f"Run {run.run_id}: {alert.title}", alert.items))
     blocks += _side_by_side(run_a, run_b, headlines, label)
-    blocks += [Heading(2, "Plots"), *_plot_figures(plots, pareto=True), *_plot_figures(plots, pareto=False)]
+    loop = _loop([*headlines[0], *headlines[1]])
+    blocks += [
+        Heading(2, "Plots"),
+        *_plot_figures(plots, loop, pareto=True),
+        *_plot_figures(plots, loop, pareto=False),
+    ]
     blocks += [
         Heading(2, "What differed between the runs"),
         _differences_intro("between the two runs of each config"),

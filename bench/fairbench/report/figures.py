@@ -41,12 +41,24 @@ SLO_COLUMNS: tuple[Column, ...] = (
     ("goodput req/s", "goodput_request_throughput", 2),
 )
 
+ACHIEVED_RATE = "achieved_request_rate"
+"""The rate an open loop's requests went out at, req/s (``arrivals.achieved_rate``); null with fewer than
+two sent, so not among ``FIGURES``."""
+SEND_DELAYS = ("median_send_delay_ms", "p99_send_delay_ms", "max_send_delay_ms")
+"""How late an open loop's requests went out after their scheduled time: over every request sent."""
+# An open loop's sending: columns only for an open loop's levels, beside the target rate.
+OPEN_LOOP_COLUMNS: tuple[Column, ...] = (
+    ("achieved req/s", ACHIEVED_RATE, 2),
+    ("send delay p50 ms", SEND_DELAYS[0], 2),
+    ("send delay p99 ms", SEND_DELAYS[1], 2),
+)
+
 FIGURES = frozenset(
     {key for _, key, _ in LEVEL_COLUMNS + ENERGY_COLUMNS + SLO_COLUMNS}
-    | {PER_GPU, SLO_ATTAINMENT, "goodput_output_throughput_per_gpu"}
+    | {PER_GPU, SLO_ATTAINMENT, "goodput_output_throughput_per_gpu", *SEND_DELAYS}
 )
-"""Every key of a point that the report reads as a number."""
-OF_COMPLETED = frozenset({key for key in FIGURES if key.endswith("_ms")} | {PER_USER})
+"""Every key of a point that the report reads as a number (``ACHIEVED_RATE`` may also be null)."""
+OF_COMPLETED = frozenset({key for key in FIGURES if key.endswith("_ms")} - set(SEND_DELAYS) | {PER_USER})
 """Figures that are statistics of the completed requests (latencies and the per-user speed): measure.metrics
 writes 0 for them when none completed, and that 0 measured nothing."""
 

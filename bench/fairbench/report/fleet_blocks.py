@@ -13,10 +13,10 @@ from fairbench.fleet.timeline import JobOverhead, Timeline, host_overheads, summ
 from fairbench.report.blocks import Alert, Block, Heading, Paragraph, Table
 from fairbench.report.differences import AcceptedDifference, PairDifferences, accepted_threats
 from fairbench.report.figures import THROUGHPUT
-from fairbench.report.fleet_file import HostDifference
+from fairbench.report.fleet_file import Fleet, HostDifference
 from fairbench.report.formatting import Label, change, figure, seconds, setting_values
 from fairbench.report.load import ConfigRun, Job, Run
-from fairbench.report.summary import Headline, HostComparison, host_comparisons
+from fairbench.report.summary import Headline, HostComparison, Level, host_comparisons, loop_of
 
 ACCEPTED_SOURCE = "fleet (accepted)"
 """The source an accepted host difference is listed under in a pair's table."""
@@ -43,6 +43,18 @@ def repeats_note(config: ConfigRun) -> str | None:
     if len(hosts) < 2:
         return None
     return f"repeats on {len(hosts)} hosts: the interval includes host-to-host variation"
+
+
+def judged_note(fleet: Fleet | None, config: str) -> str | None:
+    """How many repeats the run's queue gave a config under automatic repeats, and why no more (fleet.json's
+    ``judged``); None where it judged none (fixed repeats, every-host, or a fleet.json from before)."""
+    judged = fleet.judged.get(config) if fleet else None
+    if judged is None:
+        return None
+    return (
+        f"Automatic repeats, judged by the run's queue over its jobs (fleet.json): {judged.count} repeat(s); "
+        f"why no more: {judged.stopped}."
+    )
 
 
 # --- accepted and refused host differences ----------------------------------------------------------------
@@ -139,10 +151,9 @@ def hardware_blocks(headlines: Sequence[Headline], label: Label) -> list[Block]:
     blocks: list[Block] = [
         Heading(2, "Hardware"),
         Paragraph(
-            "Each config on every pair of the hosts that ran it: output tok/s at every concurrency level "
-            "both measured, the first host against the second, with the same test as between configs "
-            "(What differed lists how the hosts differ). A config that did not finish on a host is left "
-            "out there."
+            "Each config on every pair of the hosts that ran it: output tok/s at every level both measured, "
+            "the first host against the second, with the same test as between configs (What differed "
+            "lists how the hosts differ). A config that did not finish on a host is left out there."
         ),
     ]
     if not comparisons:
@@ -153,23 +164,23 @@ def hardware_blocks(headlines: Sequence[Headline], label: Label) -> list[Block]:
     for config, items in by_config.items():
         lines = list({id(line): line for item in items for line in (item.a, item.b)}.values())
         pairs = list({(id(item.a), id(item.b)): (item.a, item.b) for item in items}.values())
-        found = {(id(item.a), id(item.b), item.concurrency): item.comparison for item in items}
+        found = {(id(item.a), id(item.b), item.level.key): item.comparison for item in items}
+        compared: dict[tuple[bool, float], Level] = {item.level.key: item.level for item in items}
+        loop = loop_of(compared.values())
         header = [
-            "C",
+            loop.symbol,
             *(f"out tok/s, {line.result.host}" for line in lines),
             *(f"{a.result.host} vs {b.result.host}" for a, b in pairs),
         ]
         rows = []
-        for concurrency in sorted({item.concurrency for item in items}):
-            levels = [{level.concurrency: level for level in line.levels}.get(concurrency) for line in lines]
+        for key in sorted(compared):
+            levels = [{level.key: level for level in line.levels}.get(key) for line in lines]
             rows.append(
                 [
-                    str(concurrency),
+                    loop.cell(compared[key]),
                     *(figure(level.estimate(THROUGHPUT) if level else None) for level in levels),
                     *(
-                        change(found[(id(a), id(b), concurrency)])
-                        if (id(a), id(b), concurrency) in found
-                        else "-"
+                        change(found[(id(a), id(b), key)]) if (id(a), id(b), key) in found else "-"
                         for a, b in pairs
                     ),
                 ]

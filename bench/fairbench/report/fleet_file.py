@@ -1,6 +1,7 @@
 """fleet.json (``fairbench.fleet.queue``) as the report reads it: the placement, the pools, the hosts'
-equivalence (``fairbench.fleet.equivalence``: the differences the campaign accepted and those it refused)
-and the jobs of the queue, each holding only what is well-formed; the rest is named, by key path.
+equivalence (``fairbench.fleet.equivalence``: the differences the campaign accepted and those it refused),
+the jobs of the queue and, under automatic repeats, how the queue judged each config's repeats
+(``judged``), each holding only what is well-formed; the rest is named, by key path.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from fairbench.report.rules import (
     Rule,
     checked_element,
     drop_broken,
+    element,
     is_list,
     is_mapping,
     is_placement,
@@ -51,6 +53,17 @@ class FleetJob:
 
 
 @dataclass(frozen=True)
+class Judged:
+    """How the queue judged one config's automatic repeats (fleet.json's ``judged``)."""
+
+    count: int
+    """The repeats it got: one job each."""
+    stopped: str
+    """Why the queue added no more: ``C=1: interval ±1.35 % within ±8 % after 4 repeats; C=64: ...``
+    (``measure.repeats.stop_reason`` of each level)."""
+
+
+@dataclass(frozen=True)
 class Fleet:
     """fleet.json (fleet.queue), as far as the report reads it, holding only what is well-formed of it."""
 
@@ -63,6 +76,9 @@ class Fleet:
     facts: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Host -> its fleet facts (hosts.fleet_facts)."""
     jobs: tuple[FleetJob, ...] = ()
+    judged: dict[str, Judged] = field(default_factory=dict)
+    """Config -> how its automatic repeats were judged; empty under fixed repeats, every-host, or a
+    fleet.json from before the queue judged repeats."""
 
 
 FLEET_RULES: tuple[Rule, ...] = (
@@ -73,12 +89,17 @@ FLEET_RULES: tuple[Rule, ...] = (
     Rule("equivalence.refused", "a list", is_list, False),
     Rule("equivalence.facts", "an object of objects", object_of(is_mapping), False),
     Rule("jobs", "a list", is_list, False),
+    Rule("judged", "an object", is_mapping, False),
 )
 """fleet.json (fleet.queue) as far as the report reads it; a key that breaks its rule is left out."""
 HOST_DIFFERENCE_RULES: tuple[Rule, ...] = (
     Rule("pool", "a string", is_text, True),
     Rule("fact", "a string", is_text, True),
     Rule("values", "an object", is_mapping, True),
+)
+JUDGED_RULES: tuple[Rule, ...] = (
+    Rule("count", "a whole number of at least 1", whole(1), True),
+    Rule("stopped", "a string", is_text, True),
 )
 FLEET_JOB_RULES: tuple[Rule, ...] = (
     Rule("id", "a string", is_text, True),
@@ -113,6 +134,15 @@ def _fleet_job(value: object, where: str, problems: list[str]) -> FleetJob | Non
     )
 
 
+def _judged(values: dict[str, Any], problems: list[str]) -> dict[str, Judged]:
+    found = {}
+    for config, value in values.items():
+        entry = element(value, JUDGED_RULES, f"judged.{config}", "judgement", problems)
+        if entry is not None:
+            found[config] = Judged(entry["count"], entry["stopped"])
+    return found
+
+
 def load_fleet(run_dir: Path) -> tuple[Fleet | None, list[str]]:
     """The run's fleet.json holding only its well-formed keys and entries (None when the file is absent or
     cannot be used at all), and the problems naming the file and the key path of the rest."""
@@ -131,5 +161,6 @@ def load_fleet(run_dir: Path) -> tuple[Fleet | None, list[str]]:
         refused=_host_differences(equivalence.get("refused"), "equivalence.refused", problems),
         facts={host: dict(facts) for host, facts in equivalence.get("facts", {}).items()},
         jobs=tuple(job for job in jobs if job is not None),
+        judged=_judged(kept.get("judged", {}), problems),
     )
     return fleet, [f"{run_dir / FLEET_FILE}: {problem}" for problem in problems]

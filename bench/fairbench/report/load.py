@@ -49,7 +49,7 @@ from fairbench.measure.status import (
 )
 from fairbench.nccl.runner import DECODE, PREFILL
 from fairbench.nccl.runner import RESULT_FILE as NCCL_FILE
-from fairbench.report.figures import FIGURES, THROUGHPUT, non_finite_text
+from fairbench.report.figures import ACHIEVED_RATE, FIGURES, THROUGHPUT, non_finite_text
 from fairbench.report.fleet_file import Fleet, load_fleet
 from fairbench.report.rules import (
     FileReader,
@@ -340,6 +340,7 @@ POINT_RULES: tuple[Rule, ...] = (
     *(Rule(key, f"a whole number of at least {least}", whole(least), True) for key, least in _COUNTS.items()),
     Rule(THROUGHPUT, "a number", is_number, True),
     *(Rule(key, "a number", is_number, False) for key in sorted(FIGURES - _COUNTS.keys() - {THROUGHPUT})),
+    Rule(ACHIEVED_RATE, "null or a number", or_null(is_number), False),
     Rule(SUPERSEDES, "an object", is_mapping, False),
     Rule(f"{SUPERSEDES}.line", "a whole number of at least 1", whole(1), True),
 )
@@ -494,8 +495,8 @@ class _Files(FileReader):
 def _non_finite(path: Path, number: int, point: dict[str, Any]) -> list[str]:
     return [
         f"{path}:{number}: point {point['point_id']}: {key} is {non_finite_text(point[key])}, shown as such"
-        for key in sorted(FIGURES & point.keys())
-        if not math.isfinite(point[key])
+        for key in sorted((FIGURES | {ACHIEVED_RATE}) & point.keys())
+        if point[key] is not None and not math.isfinite(point[key])
     ]
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TypeGuard
 from fairbench.measure.slo import SloTarget
 from fairbench.measure.stats import Estimate
 from fairbench.report.figures import PER_USER, THROUGHPUT
-from fairbench.report.summary import Level, estimate_of, pareto_frontier, per_gpu
+from fairbench.report.summary import Level, Loop, estimate_of, loop_of, pareto_frontier, per_gpu
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -42,12 +42,12 @@ class Line:
     gpus: int | None = None
     """GPUs per server, for the throughput per GPU where the points lack it (``summary.per_gpu``)."""
 
-    def series(self, key: str) -> tuple[list[int], list[Estimate]]:
-        """Concurrency levels that have a finite ``key``, and its estimate at each (the report's tables
-        show the values that are not finite)."""
-        found = [(level.concurrency, level.estimate(key)) for level in self.levels]
-        pairs = [(concurrency, value) for concurrency, value in found if _drawable(value)]
-        return [concurrency for concurrency, _ in pairs], [value for _, value in pairs]
+    def series(self, key: str) -> tuple[list[float], list[Estimate]]:
+        """The levels (concurrency, or request rate) that have a finite ``key``, and its estimate at each
+        (the report's tables show the values that are not finite)."""
+        found = [(level.load, level.estimate(key)) for level in self.levels]
+        pairs = [(load, value) for load, value in found if _drawable(value)]
+        return [load for load, _ in pairs], [value for _, value in pairs]
 
 
 def _drawable(value: Estimate | None) -> TypeGuard[Estimate]:
@@ -68,20 +68,27 @@ def _figure(width: float, height: float, columns: int = 1) -> tuple[Figure, list
     return figure, list(axes)
 
 
-def _concurrency_axis(axes: Axes, lines: Sequence[Line]) -> None:
-    levels = sorted({level.concurrency for line in lines for level in line.levels})
+def _loop(lines: Sequence[Line]) -> Loop:
+    """Whether the lines' levels are concurrencies or request rates (``summary.loop_of``)."""
+    return loop_of(level for line in lines for level in line.levels)
+
+
+def _load_axis(axes: Axes, lines: Sequence[Line]) -> None:
+    """The x axis: each level measured, concurrency or request rate, on a log2 scale."""
+    loop = _loop(lines)
+    loads = sorted({level.load for line in lines for level in line.levels})
     axes.set_xscale("log", base=2)
-    axes.set_xticks(levels, [str(level) for level in levels])
+    axes.set_xticks(loads, [loop.value(load) for load in loads])
     axes.minorticks_off()
-    axes.set_xlabel("concurrency (requests in flight, log2 scale)")
+    axes.set_xlabel(loop.axis)
     axes.grid(True, which="major", alpha=0.3)
 
 
 def _draw(axes: Axes, line: Line, key: str, *, marker: str = "o") -> None:
-    concurrency, estimates = line.series(key)
+    loads, estimates = line.series(key)
     errors = [value.half_width or 0.0 for value in estimates]
     axes.errorbar(
-        concurrency,
+        loads,
         [value.mean for value in estimates],
         yerr=errors if any(errors) else None,
         color=line.color,
@@ -103,10 +110,10 @@ def throughput_plot(lines: Sequence[Line], path: Path) -> Path:
     figure, (axes,) = _figure(8, 5)
     for line in lines:
         _draw(axes, line, THROUGHPUT)
-    _concurrency_axis(axes, lines)
+    _load_axis(axes, lines)
     axes.set_ylabel("aggregate output throughput (tokens/s)")
     axes.set_ylim(bottom=0)
-    axes.set_title("Output throughput against concurrency (mean, 95 % CI with repeats)")
+    axes.set_title(f"Output throughput against {_loop(lines).noun} (mean, 95 % CI with repeats)")
     axes.legend()
     return _save(figure, path)
 
@@ -172,7 +179,7 @@ def pareto_plot(lines: Sequence[Line], path: Path, slo: Sequence[SloTarget] = ()
         judged = judged or any(level.slo_met is not None for level, _, _ in drawn)
         for level, x, y in drawn:
             axes.annotate(
-                f"C={level.concurrency}",
+                level.label,
                 (x, y),
                 textcoords="offset points",
                 xytext=(4, 4),
@@ -200,7 +207,7 @@ def pareto_plot(lines: Sequence[Line], path: Path, slo: Sequence[SloTarget] = ()
     axes.set_xlim(left=0)
     axes.set_ylim(bottom=0)
     axes.grid(True, alpha=0.3)
-    axes.set_title("Per-user speed against throughput (each point one concurrency level)")
+    axes.set_title(f"Per-user speed against throughput (each point one {_loop(lines).noun} level)")
     axes.legend(fontsize=8)
     return _save(figure, path)
 
@@ -215,7 +222,7 @@ def latency_plot(lines: Sequence[Line], path: Path) -> Path:
     for axes, (key, label, title) in zip(axes_row, panels, strict=True):
         for line in lines:
             _draw(axes, line, key)
-        _concurrency_axis(axes, lines)
+        _load_axis(axes, lines)
         if "ttft" in key:
             axes.set_yscale("log")
         else:

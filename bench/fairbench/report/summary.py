@@ -1,19 +1,21 @@
-"""The figures of a report: each config's points by concurrency level, its headline, and comparisons.
+"""The figures of a report: each config's points by level, its headline, and comparisons.
 
-Every figure is a metric of ``points.jsonl`` (``measure.metrics``) estimated over the repeats of its level
-(measure/stats.py); nothing here recomputes a metric from requests.
+A level is a concurrency (a closed loop) or a target request rate (an open loop): ``results.load_of``;
+``Loop`` names it. Every figure is a metric of ``points.jsonl`` (``measure.metrics``) estimated over the
+repeats of its level (measure/stats.py); nothing here recomputes a metric from requests.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fairbench.measure.results import is_open_loop, load_of
 from fairbench.measure.stats import Comparison, Estimate, compare, estimate
-from fairbench.report.figures import OF_COMPLETED, PER_GPU, THROUGHPUT
+from fairbench.report.figures import ACHIEVED_RATE, OF_COMPLETED, PER_GPU, THROUGHPUT
 from fairbench.report.load import ConfigResult, ConfigRun
 from fairbench.report.rules import is_whole
 
@@ -43,11 +45,80 @@ REPEATS_STOPPED = "repeats_stopped"
 
 
 @dataclass(frozen=True)
-class Level:
-    """One concurrency level of a config: one point per repeat."""
+class Loop:
+    """How the report names the levels of a closed loop (concurrency: ``C=16``) or of an open loop (target
+    request rate: ``2.5 req/s``); the one place that says so."""
 
-    concurrency: int
+    open: bool
+
+    @property
+    def symbol(self) -> str:
+        """What column titles call a level: ``C`` (``peak at C``), ``req/s``."""
+        return "req/s" if self.open else "C"
+
+    @property
+    def noun(self) -> str:
+        """``concurrency``, ``request rate``."""
+        return "request rate" if self.open else "concurrency"
+
+    @property
+    def axis(self) -> str:
+        """A plot's x axis: the levels on a log2 scale."""
+        what = "request rate (req/s" if self.open else "concurrency (requests in flight"
+        return f"{what}, log2 scale)"
+
+    def value(self, load: float) -> str:
+        """A level under a column titled ``symbol``: ``16``, ``2.5`` (as point ids spell rates,
+        ``results.level_tag``)."""
+        return f"{load:g}" if self.open else str(int(load))
+
+    def label(self, load: float) -> str:
+        """A level named on its own: ``C=16``, ``2.5 req/s``."""
+        return f"{load:g} req/s" if self.open else f"C={int(load)}"
+
+    def cell(self, level: Level) -> str:
+        """``level`` under a column titled ``symbol``; by its own label where it is of the other loop (a
+        tree whose points mix both)."""
+        return self.value(level.load) if level.open_loop == self.open else level.label
+
+
+CLOSED_LOOP = Loop(open=False)
+OPEN_LOOP = Loop(open=True)
+
+
+def loop_of(found: Iterable[Level]) -> Loop:
+    """The loop of ``found``: open when every level is an open loop's (and there is one), else closed."""
+    flags = [level.open_loop for level in found]
+    return OPEN_LOOP if flags and all(flags) else CLOSED_LOOP
+
+
+BEHIND = 0.95
+"""An open loop's point whose requests went out at less than this share of the target rate fell behind."""
+
+
+@dataclass(frozen=True)
+class Level:
+    """One level of a config: one point per repeat."""
+
+    load: float
+    """Its concurrency, or an open loop's target request rate (``results.load_of``)."""
     points: tuple[dict[str, Any], ...]
+    open_loop: bool = False
+    """Whether its points were measured in an open loop (``results.is_open_loop``)."""
+
+    @property
+    def loop(self) -> Loop:
+        return OPEN_LOOP if self.open_loop else CLOSED_LOOP
+
+    @property
+    def label(self) -> str:
+        """``C=16``, ``2.5 req/s`` (``Loop.label``)."""
+        return self.loop.label(self.load)
+
+    @property
+    def key(self) -> tuple[bool, float]:
+        """What tells two levels apart: C=16 is not 16 req/s."""
+        return self.open_loop, self.load
 
     @property
     def listed(self) -> bool:
@@ -71,6 +142,15 @@ class Level:
         ]
         return reasons[-1] if reasons else None
 
+    @property
+    def behind(self) -> int:
+        """An open loop's repeats whose requests went out at less than ``BEHIND`` of the target rate
+        (``achieved_request_rate`` < 0.95 x ``request_rate``): the client or the server did not keep up,
+        or over few requests the random schedule itself ran slow. 0 for a closed loop."""
+        if not self.open_loop:
+            return 0
+        return sum(achieved < BEHIND * self.load for achieved in self.values(ACHIEVED_RATE))
+
     def values(self, key: str) -> list[float]:
         """Each repeat's ``key``, where it has one: a statistic of the completed requests has none at a
         point where nothing completed."""
@@ -85,11 +165,16 @@ class Level:
 
 
 def levels(points: Sequence[dict[str, Any]]) -> list[Level]:
-    """Points grouped by ``max_concurrency``, lowest first, repeats in order."""
-    grouped: dict[int, list[dict[str, Any]]] = {}
-    for point in sorted(points, key=lambda point: (point["max_concurrency"], point.get("repeat", 0))):
-        grouped.setdefault(int(point["max_concurrency"]), []).append(point)
-    return [Level(concurrency, tuple(group)) for concurrency, group in grouped.items()]
+    """Points grouped by their level (``results.load_of``: the concurrency, or an open loop's target rate),
+    lowest first (a closed loop's before an open loop's, where a tree mixes them), repeats in order."""
+    grouped: dict[tuple[bool, float], list[dict[str, Any]]] = {}
+    for point in sorted(points, key=lambda point: (*_key(point), point.get("repeat", 0))):
+        grouped.setdefault(_key(point), []).append(point)
+    return [Level(load, tuple(group), open_loop) for (open_loop, load), group in grouped.items()]
+
+
+def _key(point: dict[str, Any]) -> tuple[bool, float]:
+    return is_open_loop(point), load_of(point)
 
 
 def serving_gpus(server_info: dict[str, Any] | None) -> int | None:
@@ -126,10 +211,10 @@ class SloReach:
     measured: the sweep did not find the config's limit."""
 
     def text(self) -> str:
-        """``C=32``, ``at least C=64`` (no limit found), or ``no level``."""
+        """``C=32``, ``at least C=64`` (no limit found; ``at least 8 req/s``), or ``no level``."""
         if self.level is None:
             return "no level"
-        return f"{'' if self.limit_found else 'at least '}C={self.level.concurrency}"
+        return f"{'' if self.limit_found else 'at least '}{self.level.label}"
 
 
 def slo_reach(config_levels: Sequence[Level]) -> SloReach | None:
@@ -155,7 +240,7 @@ class Headline:
     levels: list[Level]
     """Every level, the listed ones and those the SLO search chose."""
     first: Level | None
-    """The lowest listed concurrency measured (C=1 in every campaign that includes it)."""
+    """The lowest listed level measured (C=1 in every campaign that includes it)."""
     peak: Level | None
     """The listed level of the highest mean output throughput (a config's searched levels are its own, so
     they are left out of what lines the configs up)."""
@@ -208,7 +293,7 @@ class PairComparison:
     a: Headline
     b: Headline
     figure: str
-    """``first`` or ``peak``: which level of each config is compared (each at its own concurrency)."""
+    """``first`` or ``peak``: which level of each config is compared (each at its own)."""
     comparison: Comparison | None
     """None where a value is not finite (``compare_of``)."""
 
@@ -237,34 +322,35 @@ def pairwise(
 
 @dataclass(frozen=True)
 class HostComparison:
-    """One config on two hosts at one concurrency level: the hardware comparison (every-host)."""
+    """One config on two hosts at one level: the hardware comparison (every-host)."""
 
     a: Headline
     b: Headline
-    concurrency: int
+    level: Level
+    """A's level; B's is the one of the same ``Level.key``."""
     comparison: Comparison | None
     """A's output throughput against B's; None where a value is not finite (``compare_of``)."""
 
 
 def host_comparisons(headlines: Sequence[Headline]) -> list[HostComparison]:
     """Output throughput of each config on every pair of the hosts that ran it and finished, at every
-    concurrency level both measured: by config, then pair of hosts, then level."""
+    level both measured: by config, then pair of hosts, then level."""
     by_config: dict[str, list[Headline]] = {}
     for line in measured(headlines):
         by_config.setdefault(line.result.name, []).append(line)
     found = []
     for lines in by_config.values():
         for a, b in itertools.combinations(lines, 2):
-            levels_b = {level.concurrency: level for level in b.levels}
+            levels_b = {level.key: level for level in b.levels}
             found += [
                 HostComparison(
                     a,
                     b,
-                    level.concurrency,
-                    compare_of(level.values(THROUGHPUT), levels_b[level.concurrency].values(THROUGHPUT)),
+                    level,
+                    compare_of(level.values(THROUGHPUT), levels_b[level.key].values(THROUGHPUT)),
                 )
                 for level in a.levels
-                if level.concurrency in levels_b
+                if level.key in levels_b
             ]
     return found
 

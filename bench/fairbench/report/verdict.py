@@ -3,12 +3,13 @@ more than the run-to-run noise once every comparison the verdict makes is accoun
 
 Regimes (each ranks the configs that finished, by the mean of one figure over the repeats of one level):
 
-- **lowest load**: output tok/s at the campaign's lowest listed concurrency, the same level for every
-  config;
+- **lowest load**: output tok/s at the campaign's lowest listed level (concurrency, or an open loop's
+  request rate), the same level for every config;
 - **peak throughput**: output tok/s at each config's listed level of highest mean output throughput (the
   headline's peak), per GPU when the configs' GPU counts differ;
-- **highest load under the SLO** (a campaign with an ``slo``): output tok/s (per GPU as above) at each
-  config's highest level that met the SLO on every repeat, every level below it too (``summary.slo_reach``).
+- **highest load under the SLO** (a campaign with an ``slo``; in an open loop, the highest request rate
+  meeting it): output tok/s (per GPU as above) at each config's highest level that met the SLO on every
+  repeat, every level below it too (``summary.slo_reach``).
 
 Levels the SLO search chose (``level_source: bisect``) count for the SLO regime only: the search probes
 each config at its own levels, so they line no two configs up. Every pair of ranked configs in every regime
@@ -33,7 +34,17 @@ from fairbench.report.blocks import Block, BulletList, Heading, Paragraph
 from fairbench.report.figures import PER_GPU, THROUGHPUT
 from fairbench.report.formatting import Label, decision, figure
 from fairbench.report.load import Run
-from fairbench.report.summary import Headline, Level, compare_of, estimate_of, measured
+from fairbench.report.summary import (
+    CLOSED_LOOP,
+    OPEN_LOOP,
+    Headline,
+    Level,
+    Loop,
+    compare_of,
+    estimate_of,
+    loop_of,
+    measured,
+)
 
 LOWEST = "lowest load"
 PEAK = "peak throughput"
@@ -120,10 +131,12 @@ class Verdict:
     left_out: tuple[Headline, ...]
     """Configs that did not finish, or have no listed level: their points stop where they failed."""
     slo: tuple[SloTarget, ...]
-    lowest: int | None
-    """The lowest listed concurrency: the level of the lowest-load regime."""
+    lowest: float | None
+    """The lowest listed level: the level of the lowest-load regime."""
     slo_problem: str | None = None
     """Why campaign.json's ``slo`` cannot be used (its regime is then left out); None when it can."""
+    loop: Loop = CLOSED_LOOP
+    """Whether the campaign's levels are concurrencies or an open loop's request rates."""
 
     @property
     def hosts(self) -> list[str]:
@@ -187,11 +200,9 @@ def _ranked(
             continue
         values = tuple(line.per_gpu(level) if gpus else level.values(THROUGHPUT))
         if not values:
-            outside.append(
-                (line, f"no {'GPU count' if gpus else 'output throughput'} at C={level.concurrency}")
-            )
+            outside.append((line, f"no {'GPU count' if gpus else 'output throughput'} at {level.label}"))
         elif not all(map(math.isfinite, values)):
-            outside.append((line, f"a value at C={level.concurrency} is NaN or infinite"))
+            outside.append((line, f"a value at {level.label} is NaN or infinite"))
         else:
             standings.append(Standing(line, level, values))
     standings.sort(key=lambda standing: -standing.estimate.mean)
@@ -205,21 +216,30 @@ def _gpu_counts(lines: Sequence[Headline]) -> tuple[int, ...]:
     return tuple(counts) if len(counts) > 1 else ()
 
 
-def _lowest_level(campaign: Mapping[str, object], lines: Sequence[Headline]) -> int | None:
-    """The campaign's lowest listed concurrency; else the lowest any config measured."""
+def _lowest_level(campaign: Mapping[str, object], lines: Sequence[Headline]) -> tuple[Loop, float | None]:
+    """The campaign's loop and lowest listed level (``workload.request_rate``, an open loop, else
+    ``workload.concurrency``); without a list, the lowest any config measured, of their loop."""
     workload = campaign.get("workload")
-    listed = workload.get("concurrency") if isinstance(workload, Mapping) else None
-    if isinstance(listed, list) and listed:
-        return min(int(level) for level in listed)
-    return min((line.first.concurrency for line in lines if line.first), default=None)
+    workload = workload if isinstance(workload, Mapping) else {}
+    for loop, key in ((OPEN_LOOP, "request_rate"), (CLOSED_LOOP, "concurrency")):
+        listed = workload.get(key)
+        if isinstance(listed, list) and listed:
+            return loop, min(float(level) for level in listed)
+    firsts = [line.first for line in lines if line.first]
+    loop = loop_of(firsts)
+    return loop, min((first.load for first in firsts if first.open_loop == loop.open), default=None)
 
 
-def _drafts(lines: Sequence[Headline], host: str | None, lowest: int | None, slo: bool) -> list[_Draft]:
+def _drafts(
+    lines: Sequence[Headline], host: str | None, lowest: tuple[Loop, float | None], slo: bool
+) -> list[_Draft]:
     gpus = _gpu_counts(lines)
+    loop, load = lowest
+    missing = f"no point at {'its lowest level' if load is None else loop.label(load)}"
     at_lowest = []
     for line in lines:
-        level = next((level for level in line.levels if level.listed and level.concurrency == lowest), None)
-        at_lowest.append((line, level, f"no point at C={lowest}"))
+        found = (level for level in line.levels if level.listed and level.key == (loop.open, load))
+        at_lowest.append((line, next(found, None), missing))
     drafts = [
         _ranked(LOWEST, host, at_lowest, ()),
         _ranked(PEAK, host, [(line, line.peak, "no listed level") for line in lines], gpus),
@@ -283,7 +303,8 @@ def verdict(run: Run, headlines: Sequence[Headline], alpha: float = ALPHA) -> Ve
     drafts = [draft for host, lines in by_host.items() for draft in _drafts(lines, host, lowest, bool(slo))]
     regimes, tested, compared = _regimes(drafts, alpha)
     left_out = tuple(line for line in headlines if all(line is not other for other in finished))
-    return Verdict(tuple(regimes), tested, compared, left_out, slo, lowest, slo_problem)
+    loop, load = lowest
+    return Verdict(tuple(regimes), tested, compared, left_out, slo, load, slo_problem, loop)
 
 
 # --- two runs ---------------------------------------------------------------------------------------------
@@ -373,7 +394,16 @@ def objectives_text(targets: Sequence[SloTarget]) -> str:
     return ", ".join(f"`{target.key}` ≤ {target.limit_ms:,g} ms" for target in targets)
 
 
-def _what(regime: Regime, targets: Sequence[SloTarget], lowest: int | None) -> str:
+OPEN_UNDER_SLO = "highest request rate meeting the SLO"
+"""What an open loop's ``UNDER_SLO`` regime is called."""
+
+
+def regime_title(name: str, loop: Loop) -> str:
+    """A regime's name as the report writes it: ``UNDER_SLO`` of an open loop is ``OPEN_UNDER_SLO``."""
+    return OPEN_UNDER_SLO if name == UNDER_SLO and loop.open else name
+
+
+def _what(regime: Regime, found: Verdict) -> str:
     """What the regime ranks: which level of each config, which figure."""
     measure = (
         f"output tok/s per GPU (the configs use {', '.join(map(str, regime.gpus))} GPUs)"
@@ -381,11 +411,13 @@ def _what(regime: Regime, targets: Sequence[SloTarget], lowest: int | None) -> s
         else "output tok/s"
     )
     if regime.name == LOWEST:
-        return f"C={lowest}, {measure}"
+        where = "each config's lowest level" if found.lowest is None else found.loop.label(found.lowest)
+        return f"{where}, {measure}"
     if regime.name == PEAK:
         return f"each config's listed level of highest mean throughput, {measure}"
-    where = "at each config's highest level meeting it, every level below too"
-    return f"{objectives_text(targets)}; {measure} {where}"
+    highest = "request rate" if found.loop.open else "level"
+    where = f"at each config's highest {highest} meeting it, every {highest} below too"
+    return f"{objectives_text(found.slo)}; {measure} {where}"
 
 
 def _where(standing: Standing, regime: Regime) -> str:
@@ -394,13 +426,14 @@ def _where(standing: Standing, regime: Regime) -> str:
         return ""
     reach = standing.line.slo
     if regime.name == UNDER_SLO and reach is not None and not reach.limit_found:
-        return f" at C={standing.level.concurrency} (at least: the sweep found no limit)"
-    return f" at C={standing.level.concurrency}"
+        return f" at {standing.level.label} (at least: the sweep found no limit)"
+    return f" at {standing.level.label}"
 
 
-def regime_text(regime: Regime, name: Label, targets: Sequence[SloTarget], lowest: int | None) -> str:
+def regime_text(regime: Regime, name: Label, found: Verdict) -> str:
     """One regime in a sentence or three: the best, its margin over the next, the whole order."""
-    title = f"**{regime.name[0].upper()}{regime.name[1:]}** ({_what(regime, targets, lowest)})"
+    shown = regime_title(regime.name, found.loop)
+    title = f"**{shown[0].upper()}{shown[1:]}** ({_what(regime, found)})"
     if not regime.ranked:
         text = f"{title}: no config to rank."
     else:
@@ -467,7 +500,7 @@ def verdict_blocks(found: Verdict, name: Label, *, unfair: str | None = None) ->
         regimes = [regime for regime in found.regimes if regime.host == host]
         if host is not None:
             blocks.append(Paragraph(f"On **{host}**:"))
-        blocks.append(BulletList([regime_text(regime, name, found.slo, found.lowest) for regime in regimes]))
+        blocks.append(BulletList([regime_text(regime, name, found) for regime in regimes]))
     notes = []
     if found.tested:
         notes.append(
