@@ -329,7 +329,7 @@ def test_automatic_repeats_under_spread_add_jobs_for_the_noisy_config_and_every_
     assert fleet["judged"]["steady"]["count"] == 4
     assert "within ±8 % after 4 repeats" in fleet["judged"]["steady"]["stopped"]
     assert "maximum of 5 repeats reached" in fleet["judged"]["noisy"]["stopped"]
-    assert all(set(job["throughputs"]) == {"1", "64"} for job in fleet["jobs"])
+    assert all(set(job["throughputs"]) == {"c1", "c64"} for job in fleet["jobs"])
     for config in ("steady", "noisy"):
         points = [
             json.loads(line)

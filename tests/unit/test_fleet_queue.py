@@ -286,10 +286,10 @@ def test_automatic_repeats_under_spread_add_jobs_while_a_level_is_wide_up_to_the
             break
     assert order == ["steady#r0", "noisy#r0", "steady#r1", "noisy#r1", "noisy#r2", "noisy#r3"]
     judged = state.data["judged"]
-    assert judged["steady"] == {"count": 2, "stopped": "C=2: interval ±0.00 % within ±2 % after 2 repeats"}
+    assert judged["steady"] == {"count": 2, "stopped": "c2: interval ±0.00 % within ±2 % after 2 repeats"}
     assert judged["noisy"]["count"] == 4
-    assert judged["noisy"]["stopped"].startswith("C=2: maximum of 4 repeats reached with interval ±")
-    assert state.job("noisy#r3")["throughputs"] == {"2": 130.0}
+    assert judged["noisy"]["stopped"].startswith("c2: maximum of 4 repeats reached with interval ±")
+    assert state.job("noisy#r3")["throughputs"] == {"c2": 130.0}
     assert most_jobs(data, plan(data, {PLAY_POOL: ["a", "b"]}, placement="spread"), placement="spread") == 8
 
 
@@ -318,3 +318,17 @@ def test_a_failed_job_gives_no_throughputs_and_a_config_with_none_gets_no_more_r
         state.finish(claim.job["id"], "a", ok=False, reason="start: boom", now=0.0)
     assert state.claim("a", 0.0).answer == DONE
     assert state.data["judged"]["x"] == {"count": 2, "stopped": "no level measured in 2 job(s)"}
+
+
+def test_an_open_loops_rates_are_judged_apart_though_they_share_their_bound_in_flight() -> None:
+    state = state_of(campaign({"name": "rates"}, repeats={"min": 2, "max": 2, "half_width_pct": 1.0}), ["a"])
+    for repeat in (0, 1):
+        claim = state.claim("a", 0.0)
+        assert claim.job is not None
+        points = [
+            {"repeat": repeat, "max_concurrency": 8, "request_rate": rate, "output_throughput": 10 * rate}
+            for rate in (0.5, 2.0)
+        ]
+        state.finish(claim.job["id"], "a", ok=True, reason=None, now=0.0, points=points)
+    assert state.job("rates#r1")["throughputs"] == {"rps0.5": 5.0, "rps2": 20.0}
+    assert state.data["judged"]["rates"]["stopped"].startswith("rps0.5: interval ±0.00 % within ±1 %")

@@ -54,7 +54,7 @@ from fairbench.measure.repeats import (
     repeats_to_json,
     stop_reason,
 )
-from fairbench.measure.results import LISTED, POINTS_FILE
+from fairbench.measure.results import LISTED, POINTS_FILE, is_open_loop, level_tag, load_of
 
 FLEET_FILE = "fleet.json"
 PENDING = "pending"
@@ -162,7 +162,7 @@ class QueueState:
         job["reason"] = reason
         job["finished_at"] = now
         job["throughputs"] = {
-            str(point["max_concurrency"]): float(point[JUDGED_METRIC])
+            level_tag(load_of(point), open_loop=is_open_loop(point)): float(point[JUDGED_METRIC])
             for point in points
             if point.get("repeat") in job["repeats"]
             and point.get("level_source", LISTED) == LISTED
@@ -197,7 +197,7 @@ class QueueState:
                 }
             )
             return
-        shown = "; ".join(f"C={level}: {why}" for level, why in reasons.items() if why) or (
+        shown = "; ".join(f"{level}: {why}" for level, why in reasons.items() if why) or (
             f"no level measured in {len(jobs)} job(s)"
         )
         self.data.setdefault("judged", {})[config] = {"count": len(jobs), "stopped": shown}

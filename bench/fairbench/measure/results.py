@@ -18,7 +18,7 @@ import gzip
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime
@@ -108,14 +108,14 @@ def point_id(level: float, repeat: int, *, open_loop: bool = False) -> str:
     return f"{level_tag(level, open_loop=open_loop)}-r{repeat}"
 
 
-def is_open_loop(point: dict[str, Any]) -> bool:
+def is_open_loop(point: Mapping[str, Any]) -> bool:
     """Whether a point line was measured in an open loop: its ``request_rate`` is a number (a closed loop's
     is the string ``"inf"``)."""
     rate = point.get("request_rate")
     return isinstance(rate, int | float) and not isinstance(rate, bool)
 
 
-def load_of(point: dict[str, Any]) -> float:
+def load_of(point: Mapping[str, Any]) -> float:
     """The level a point line was measured at: its target request rate in an open loop, else its
     concurrency."""
     return float(point["request_rate"]) if is_open_loop(point) else int(point["max_concurrency"])
