@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from time import perf_counter_ns
 
 from fairbench.measure.client import StreamClient
-from fairbench.measure.closed_loop import ERROR_RATE_MIN_REQUESTS, PreparedRequest
+from fairbench.measure.closed_loop import ErrorRateStop, PreparedRequest
 from fairbench.measure.records import RequestRecord
 
 ARRIVALS = ("poisson", "gamma")
@@ -125,8 +125,8 @@ async def run_open_loop(
     connection pool must hold ``max_in_flight`` connections (``StreamClient(concurrency=...)``): a
     request queued inside the pool would count as sent.
 
-    When ``max_error_rate`` is given and more than that share of at least ERROR_RATE_MIN_REQUESTS ended
-    requests failed (the closed loop's rule), no new request is sent; those in flight are allowed to end.
+    When ``max_error_rate`` is given, the loop stops sending as the closed loop does (``ErrorRateStop``);
+    those in flight are allowed to end.
     """
     if len(offsets_s) != len(requests):
         raise ValueError(f"offsets_s has {len(offsets_s)} offsets for {len(requests)} requests")
@@ -136,7 +136,7 @@ async def run_open_loop(
     slots = asyncio.Semaphore(max_in_flight)
     records: list[RequestRecord] = []
     tasks: list[asyncio.Task[None]] = []
-    failed = 0
+    rule = ErrorRateStop(max_error_rate)
     stopped = False
     # What the wait for the next due time awaits (asyncio.sleep's own future and timer): a stop wakes it
     # at once instead of after a gap that, with bursty arrivals, can last many seconds.
@@ -144,19 +144,14 @@ async def run_open_loop(
     start_ns = perf_counter_ns()
 
     async def send(request: PreparedRequest, due_ns: int) -> None:
-        nonlocal failed, stopped
+        nonlocal stopped
         try:
             record = await client.request(request.prompt, request.body, request.rid, scheduled_ns=due_ns)
         finally:
             slots.release()
         records.append(record)
-        failed += not record.success
         on_done(record)
-        if (
-            max_error_rate is not None
-            and len(records) >= ERROR_RATE_MIN_REQUESTS
-            and failed / len(records) > max_error_rate
-        ):
+        if rule.passed(record):
             stopped = True
             _resolve(wake)
 

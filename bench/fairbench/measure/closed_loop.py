@@ -19,6 +19,27 @@ from fairbench.measure.workload import Prompt
 ERROR_RATE_MIN_REQUESTS = 8
 
 
+@dataclass(slots=True)
+class ErrorRateStop:
+    """The loops' rule for stopping early: once more than ``limit`` of at least ERROR_RATE_MIN_REQUESTS
+    ended requests failed, no new request is sent (those in flight are allowed to end); never without a
+    limit."""
+
+    limit: float | None
+    ended: int = 0
+    failed: int = 0
+
+    def passed(self, record: RequestRecord) -> bool:
+        """Count ``record``, which just ended; whether the loop must stop sending now."""
+        self.ended += 1
+        self.failed += not record.success
+        return (
+            self.limit is not None
+            and self.ended >= ERROR_RATE_MIN_REQUESTS
+            and self.failed / self.ended > self.limit
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class PreparedRequest:
     """A prompt with its request id and encoded body, made before the clock starts."""
@@ -43,23 +64,18 @@ async def run_closed_loop(
     """
     records: list[RequestRecord] = []
     next_index = 0
-    failed = 0
+    rule = ErrorRateStop(max_error_rate)
     stopped = False
 
     async def worker() -> None:
-        nonlocal next_index, failed, stopped
+        nonlocal next_index, stopped
         while not stopped and next_index < len(requests):
             request = requests[next_index]
             next_index += 1
             record = await client.request(request.prompt, request.body, request.rid)
             records.append(record)
-            failed += not record.success
             on_done(record)
-            if (
-                max_error_rate is not None
-                and len(records) >= ERROR_RATE_MIN_REQUESTS
-                and failed / len(records) > max_error_rate
-            ):
+            if rule.passed(record):
                 stopped = True
 
     await asyncio.gather(*(worker() for _ in range(min(concurrency, len(requests)))))
