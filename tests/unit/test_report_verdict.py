@@ -382,7 +382,7 @@ def test_automatic_repeats_say_what_each_level_got_and_why_its_repeats_stopped(t
     assert "automatic repeats (3 to 5, until ±2 %)." in report.split("## Verdict")[0]
     assert (
         "Automatic repeats: each level measured 3 to 5 times, until its output throughput's 95 % interval "
-        "was within ±2 % of its mean; the 4 level(s) measured got 3 to 5, 2 the maximum"
+        "was within ±2 % of its mean; the 4 level(s) measured got 3 to 5 repeats each, 2 of them the maximum"
     ) in report
     rows = table(section(report, "### tp8"))
     assert rows["1"]["repeats, why stopped"] == f"3: {stopped[1]}"

@@ -204,10 +204,15 @@ def _confidence_alert(setting: object, headlines: Sequence[Headline]) -> Alert:
     repeats = _repeats(setting)
     if isinstance(repeats, AutoRepeats):
         counts = [len(level.points) for line in headlines for level in line.levels]
+        spread = (
+            f"{min(counts)}"
+            if counts and min(counts) == max(counts)
+            else f"{min(counts or [0])} to {max(counts or [0])}"
+        )
         got = (
-            f"the {len(counts)} level(s) measured got {min(counts)} to {max(counts)}, "
-            f"{sum(count >= repeats.maximum for count in counts)} the maximum (each level's table says "
-            "why its repeats stopped)"
+            f"the {len(counts)} level(s) measured got {spread} repeats each, "
+            f"{sum(count >= repeats.maximum for count in counts)} of them the maximum (each level's table "
+            "says why its repeats stopped)"
             if counts
             else "no level was measured"
         )
@@ -215,7 +220,7 @@ def _confidence_alert(setting: object, headlines: Sequence[Headline]) -> Alert:
             "note",
             f"Automatic repeats: each level measured {repeats.minimum} to {repeats.maximum} times, until "
             f"its output throughput's 95 % interval was within ±{repeats.half_width_pct:g} % of its mean; "
-            f"{got}. Of the figures: {INTERVALS}.",
+            f"{got}. {INTERVALS[0].upper()}{INTERVALS[1:]}.",
         )
     if repeats is None:
         return Alert("warning", f"`workload.repeats` is neither a count nor automatic: {setting!r}.")
