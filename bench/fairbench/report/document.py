@@ -396,10 +396,19 @@ def _has_energy(points: Sequence[dict[str, Any]]) -> bool:
 
 
 def _reach_text(line: Headline) -> str:
-    """The highest load under the SLO (``summary.slo_reach``): ``C=32``, ``at least C=64`` (``8 req/s``)
+    """The highest load under the SLO (``summary.slo_reach``) and the output throughput there, per GPU
+    where known: ``C=32: 4,853.3 ± 1.9 tok/s (606.7 ± 0.2 per GPU)``, ``at least C=64: ...`` (``8 req/s``)
     or ``no level``; ``-`` where the points were not judged against it."""
     reach = line.slo
-    return reach.text() if reach else "-"
+    if reach is None:
+        return "-"
+    if reach.level is None:
+        return reach.text()
+    per_gpu = estimate_of(line.per_gpu(reach.level))
+    return (
+        f"{reach.text()}: {figure(reach.level.estimate(THROUGHPUT))} tok/s"
+        + (f" ({figure(per_gpu)} per GPU)" if per_gpu else "")
+    )
 
 
 def _slo_met_cell(level: Level) -> str:
