@@ -133,9 +133,7 @@ def main() -> None:
         claim = Queue(Path(params["run_dir"])).claim(params["host"], finished, leaving=params["leaving"])
     except (OSError, ValueError) as exc:
         module.fail_json(msg=str(exc))
-    # The queue changes when a job is taken or finished; a wait changes nothing of note.
-    changed = claim.answer == RUN or finished is not None or params["leaving"]
-    module.exit_json(changed=changed, **claim.to_json())
+    module.exit_json(changed=claim.changed, **claim.to_json())
 
 
 if __name__ == "__main__":

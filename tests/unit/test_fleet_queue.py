@@ -332,3 +332,19 @@ def test_an_open_loops_rates_are_judged_apart_though_they_share_their_bound_in_f
         state.finish(claim.job["id"], "a", ok=True, reason=None, now=0.0, points=points)
     assert state.job("rates#r1")["throughputs"] == {"rps0.5": 5.0, "rps2": 20.0}
     assert state.data["judged"]["rates"]["stopped"].startswith("rps0.5: interval ±0.00 % within ±1 %")
+
+
+def test_a_claim_says_whether_it_changed_the_queue_and_a_retried_wait_does_not(tmp_path: Path) -> None:
+    state = state_of(campaign({"name": "one"}, {"name": "two", "nodes": 2}), ["a", "b"])
+    queue = Queue(tmp_path)
+    queue.create(state.data)
+    first = queue.claim("a")
+    assert (first.answer, first.changed) == (RUN, True)
+    waiting = queue.claim("b")  # joins two's gathering: a change
+    assert (waiting.answer, waiting.changed) == (WAIT, True)
+    assert queue.claim("b").changed is False  # waiting on: nothing changes
+    finished = Finished("one#r0", ok=True)
+    joined = queue.claim("a", finished)  # records the finish, and a completes two's gathering as rank 1
+    assert joined.changed is True
+    again = queue.claim("a", finished)  # retried while it waits, the finish already recorded
+    assert (again.answer, again.changed) == (WAIT, False)

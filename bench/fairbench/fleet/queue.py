@@ -40,7 +40,7 @@ import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +79,9 @@ class Claim:
     job: dict[str, Any] | None = None
     """For RUN: the job, with ``hosts`` (rank 0 first)."""
     why: str = ""
+    changed: bool = False
+    """Whether answering changed the queue (a finish recorded, a job taken or joined, a host done): a
+    claim retried while it waits, carrying a finish already recorded, changes nothing."""
 
     def to_json(self) -> dict[str, Any]:
         return {"answer": self.answer, "job": self.job, "why": self.why}
@@ -362,7 +365,8 @@ class Queue:
         """The next job for ``host``, after recording how the one it ran before ended (``finished``); with
         ``leaving``, none: the host takes no job (``QueueState.leave``)."""
         with self._locked():
-            state = QueueState(self.read())
+            before = self.read()
+            state = QueueState(json.loads(json.dumps(before)))
             if finished is not None:
                 state.finish(
                     finished.job,
@@ -375,8 +379,9 @@ class Queue:
             if leaving:
                 state.leave(host)
             claim = Claim(DONE) if leaving else state.claim(host, time.time())
-            self._write(state.data)
-        return claim
+            if state.data != before:
+                self._write(state.data)
+        return replace(claim, changed=state.data != before)
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
