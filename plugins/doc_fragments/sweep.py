@@ -77,9 +77,9 @@ options:
     default: true
   slo:
     description:
-      - The campaign's service-level objectives, C({key: limit_ms}) (keys such as C(ttft_p99_ms),
-        fairbench.measure.slo). Each point is judged against them and gets its goodput; with the workload's
-        C(search_resolution), each repeat then bisects for the highest concurrency meeting them.
+      - The campaign's service-level objectives, each key (such as C(ttft_p99_ms), fairbench.measure.slo)
+        mapped to its limit in milliseconds. Each point is judged against them and gets its goodput; with the
+        workload's C(search_resolution), each repeat then bisects for the highest concurrency meeting them.
     type: dict
     default: {}
 """

@@ -192,6 +192,7 @@ def _expanded_facts(source: str) -> dict[str, Any]:
         "start_timeout_s": 900,
         "placement": "spread",
         "accept_host_differences": [],
+        "slo": {},
         "common": {"args": common_args, "env": {"HF_HUB_OFFLINE": "1"}, "sim": common_sim},
         "configs": {
             "tp2": {
