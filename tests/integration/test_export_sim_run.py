@@ -44,5 +44,7 @@ def test_every_point_of_every_config_is_a_row_holding_each_key_of_its_line(tmp_p
                 continue  # the tree's, which the sweep by hand did not name (tests/support/results_tree.py)
             if isinstance(value, bool) or value is None or isinstance(value, str):
                 assert row[key] == ("" if value is None else str(value)), key
+            elif isinstance(value, dict | list):  # an object (slo_measured) is its JSON text
+                assert json.loads(row[key]) == value, key
             else:
                 assert float(row[key]) == value, key

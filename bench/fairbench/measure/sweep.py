@@ -388,8 +388,9 @@ class Sweep:
                     self.last_point_ended_at = time.time()
                     skip.add(point["point_id"])
                     points = self.results.points()
-                    left = len(self.todo(remeasure_failed=remeasure_failed)) - len(written)
-                    _stop_when_unreachable(point["point_id"], records, left=max(left, 0))
+                    todo = self.todo(remeasure_failed=remeasure_failed)
+                    left = sum(spec.point_id(level, repeat) not in skip for level, repeat in todo)
+                    _stop_when_unreachable(point["point_id"], records, left=left)
         return written
 
     def _repeats_stopped(self, points: list[dict[str, Any]], point: dict[str, Any]) -> dict[str, str]:
