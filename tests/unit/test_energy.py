@@ -89,7 +89,7 @@ def test_energy_metrics_sum_the_gpus() -> None:
 
 def test_point_fields_name_the_source_and_the_slowest_rate() -> None:
     def gpu(index: int, source: str, hz: float) -> GpuEnergy:
-        return GpuEnergy(index, 100.0, source, 1.0, 100.0, 100.0, 21, hz)
+        return GpuEnergy(index, 100.0, source, 1.0, 1.0, 100.0, 100.0, 21, hz)
 
     fields = point_fields([gpu(0, COUNTER, 20.0), gpu(1, COUNTER, 18.5)], 500)
     assert fields["gpu_energy_source"] == COUNTER
@@ -119,9 +119,12 @@ def test_counter_where_the_gpu_has_one_else_integrated_power(fake_nvml: MakeNvml
     assert first.energy_j == pytest.approx(250.0 * (stopped_ns - started_ns) / 1e9, abs=2e-3)
     assert first.mean_power_w == first.energy_j / first.duration_s
     assert abs(first.duration_s - (stopped_ns - started_ns) / 1e9) < 0.05
-    assert first.integral_j == pytest.approx(300.0 * first.duration_s, rel=1e-9)
+    assert first.integral_j == pytest.approx(300.0 * first.sampled_s, rel=1e-9)
+    # The counter's window brackets the samples': its energy over its own window is the counter's power.
+    assert first.sampled_s <= first.duration_s and first.mean_power_w == pytest.approx(250.0, rel=1e-3)
     assert first.sampled_mean_power_w == pytest.approx(300.0)
     assert second.energy_j == second.integral_j == pytest.approx(120.0 * second.duration_s, rel=1e-9)
+    assert second.duration_s == second.sampled_s  # no counter: the samples' window
     assert second.mean_power_w == pytest.approx(120.0)
     assert nvml.STATE.initialised == 0  # the with block shut NVML down
 
@@ -134,8 +137,8 @@ def test_samples_at_the_requested_rate_and_never_below_the_minimum(fake_nvml: Ma
     # by where the stop falls in a period, so the rate is 20 +- 1/D Hz. Only a wake-up late by a whole
     # period loses a sample; in 80 windows (20 each: idle, running the unit tests, both cores busy,
     # both at once) the latest was 22 ms late, and the rates 19.86-20.996 Hz.
-    assert abs(gpu.sample_hz - 20) <= 1 / gpu.duration_s
-    assert gpu.samples == pytest.approx(gpu.sample_hz * gpu.duration_s + 1)
+    assert abs(gpu.sample_hz - 20) <= 1 / gpu.sampled_s
+    assert gpu.samples == pytest.approx(gpu.sample_hz * gpu.sampled_s + 1)
     with pytest.raises(ValueError, match=r"5 Hz is below the minimum of 10 Hz"):
         EnergySampler.open(nvml=fake_nvml(gpus=[{"watts": 100.0}]), hz=5)
     EnergySampler.open(nvml=fake_nvml(gpus=[{"watts": 100.0}]), hz=MIN_HZ).close()  # the minimum itself

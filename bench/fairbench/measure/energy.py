@@ -13,8 +13,12 @@ Per GPU, with its samples (t_i, P_i) from the first (t_0) to the last (t_n):
 
 - energy_j = (counter at stop - counter at start) / 1000 where the GPU has the counter (source
   ``counter``), else :func:`trapezoid_j` of the samples (source ``power-integral``);
-- duration_s = t_n - t_0; mean_power_w = energy_j / duration_s (``metrics.mean_power_w``);
-- sampled_mean_power_w = mean of the P_i; sample_hz = n / duration_s, the rate achieved.
+- duration_s = the window of that source: between the two counter readings (each stamped as it is read),
+  else t_n - t_0; mean_power_w = energy_j / duration_s (``metrics.mean_power_w``). The counter readings
+  bracket the power samples, and on a busy machine the thread can be held between them for milliseconds:
+  dividing by the samples' window would overstate a short point's power by that share;
+- sampled_s = t_n - t_0; sampled_mean_power_w = mean of the P_i; sample_hz = n / sampled_s, the rate
+  achieved.
 
 The counter is preferred: NVML documents that on recent GPUs a power reading is itself an average over up
 to a second, so an integral of readings lags every change of load by a fraction of a second.
@@ -65,6 +69,9 @@ class GpuEnergy:
     source: str
     """``counter`` or ``power-integral``: where energy_j comes from."""
     duration_s: float
+    """The window energy_j covers: between the counter readings, else the samples' (``sampled_s``)."""
+    sampled_s: float
+    """From the first power sample to the last."""
     integral_j: float
     """:func:`trapezoid_j` of the power samples, whatever the source: a cross-check of the counter."""
     sampled_mean_power_w: float
@@ -122,7 +129,7 @@ class EnergySampler:
         self._stopping = threading.Event()
         self._first_taken = threading.Event()
         self._samples: list[list[tuple[int, int]]] = []
-        self._counters: list[list[int]] = []
+        self._counters: list[list[tuple[int, int]]] = []
         self._error: Exception | None = None
         self._closed = False
 
@@ -215,7 +222,8 @@ class EnergySampler:
     def _read_counters(self) -> None:
         for slot, handle in enumerate(self._handles):
             if self._has_counter[slot]:
-                self._counters[slot].append(int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(handle)))
+                millijoules = int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(handle))
+                self._counters[slot].append((perf_counter_ns(), millijoules))
 
     def _read_power(self) -> None:
         for slot, handle in enumerate(self._handles):
@@ -225,25 +233,27 @@ class EnergySampler:
     def _gpu_energy(self, slot: int) -> GpuEnergy:
         times_ns = [time_ns for time_ns, _ in self._samples[slot]]
         watts = [milliwatts / 1000 for _, milliwatts in self._samples[slot]]
-        duration_s = (times_ns[-1] - times_ns[0]) / NS_PER_S
-        if not duration_s > 0:
+        sampled_s = (times_ns[-1] - times_ns[0]) / NS_PER_S
+        if not sampled_s > 0:
             raise EnergyUnavailable("the window was too short to measure (its clock did not advance)")
         integral_j = trapezoid_j(times_ns, watts)
         counters = self._counters[slot]
         # A counter that went backwards was reset (driver reload): the integral is all there is.
-        if len(counters) == 2 and counters[1] >= counters[0]:
-            energy_j, source = (counters[1] - counters[0]) / 1000, COUNTER
+        if len(counters) == 2 and counters[1][1] >= counters[0][1]:
+            energy_j, source = (counters[1][1] - counters[0][1]) / 1000, COUNTER
+            duration_s = (counters[1][0] - counters[0][0]) / NS_PER_S
         else:
-            energy_j, source = integral_j, POWER_INTEGRAL
+            energy_j, source, duration_s = integral_j, POWER_INTEGRAL, sampled_s
         return GpuEnergy(
             index=self.gpus[slot],
             energy_j=energy_j,
             source=source,
             duration_s=duration_s,
+            sampled_s=sampled_s,
             integral_j=integral_j,
             sampled_mean_power_w=math.fsum(watts) / len(watts),
             samples=len(watts),
-            sample_hz=(len(watts) - 1) / duration_s,
+            sample_hz=(len(watts) - 1) / sampled_s,
         )
 
     # --- NVML's lifetime -----------------------------------------------------------------------------
