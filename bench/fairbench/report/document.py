@@ -405,9 +405,8 @@ def _reach_text(line: Headline) -> str:
     if reach.level is None:
         return reach.text()
     per_gpu = estimate_of(line.per_gpu(reach.level))
-    return (
-        f"{reach.text()}: {figure(reach.level.estimate(THROUGHPUT))} tok/s"
-        + (f" ({figure(per_gpu)} per GPU)" if per_gpu else "")
+    return f"{reach.text()}: {figure(reach.level.estimate(THROUGHPUT))} tok/s" + (
+        f" ({figure(per_gpu)} per GPU)" if per_gpu else ""
     )
 
 
