@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import socket
 import subprocess
 import sys
@@ -21,6 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 FAIRBENCH = [sys.executable, "-m", "fairbench"]
 # No proxy for loopback, whatever the environment says (the sweep's aiohttp ignores it too).
 LOOPBACK = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+_STARTED = itertools.count()
 
 
 def free_port() -> int:
@@ -67,7 +69,9 @@ class Sim:
 
 def start_sim(log_dir: Path, flags: Sequence[str]) -> Sim:
     port = free_port()
-    log = log_dir / f"sim-{port}.log"
+    # A log of its own even when two simulators started together were given the same free port: the one
+    # that cannot listen says so in its log and is started again, while the other's log keeps its lines.
+    log = log_dir / f"sim-{port}-{next(_STARTED)}.log"
     with log.open("wb") as output:
         process = subprocess.Popen(
             [*FAIRBENCH, "sim", *flags, "--host", "127.0.0.1", "--port", str(port)],
