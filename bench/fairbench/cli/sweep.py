@@ -50,12 +50,13 @@ def bounded(bound: Bound) -> Callable[[str], Any]:
     return lambda text: _number(text, bound)
 
 
-def _bounded_list(text: str, bound: Bound, item: str) -> list[int]:
+def _bounded_list(text: str, bound: Bound, item: str, what: str = "integers") -> list[int | float]:
+    """Comma-separated numbers within ``bound`` (``what`` they are, for the message), none twice."""
     parts = [part.strip() for part in text.split(",") if part.strip()]
     if not parts:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a comma-separated list of integers")
+        raise argparse.ArgumentTypeError(f"{text!r} must be a comma-separated list of {what}")
     try:
-        values = [int(_number(part, bound)) for part in parts]
+        values = [_number(part, bound) for part in parts]
     except argparse.ArgumentTypeError as exc:
         raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
     if len(set(values)) != len(values):
@@ -65,24 +66,15 @@ def _bounded_list(text: str, bound: Bound, item: str) -> list[int]:
 
 def concurrency_list(text: str) -> list[int]:
     """argparse type of a comma-separated list of concurrency levels (also ``fairbench nccl``'s)."""
-    return _bounded_list(text, bounds.CONCURRENCY, "level")
+    return [int(value) for value in _bounded_list(text, bounds.CONCURRENCY, "level")]
 
 
 def _rate_list(text: str) -> list[float]:
-    parts = [part.strip() for part in text.split(",") if part.strip()]
-    if not parts:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a comma-separated list of request rates")
-    try:
-        rates = [float(_number(part, bounds.REQUEST_RATE)) for part in parts]
-    except argparse.ArgumentTypeError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
-    if len(set(rates)) != len(rates):
-        raise argparse.ArgumentTypeError(f"{text!r} lists a rate twice")
-    return rates
+    return [float(value) for value in _bounded_list(text, bounds.REQUEST_RATE, "rate", "request rates")]
 
 
 def _gpu_list(text: str) -> list[int]:
-    return _bounded_list(text, bounds.GPU_INDEX, "GPU")
+    return [int(value) for value in _bounded_list(text, bounds.GPU_INDEX, "GPU")]
 
 
 def _count(text: str) -> str:

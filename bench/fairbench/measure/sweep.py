@@ -388,9 +388,12 @@ class Sweep:
                     self.last_point_ended_at = time.time()
                     skip.add(point["point_id"])
                     points = self.results.points()
-                    todo = self.todo(remeasure_failed=remeasure_failed)
-                    left = sum(spec.point_id(level, repeat) not in skip for level, repeat in todo)
-                    _stop_when_unreachable(point["point_id"], records, left=left)
+                    listed = [
+                        spec.point_id(level, repeat) for repeat in self.repeats() for level in spec.levels()
+                    ]
+                    _stop_when_unreachable(
+                        point["point_id"], records, left=sum(pid not in skip for pid in listed)
+                    )
         return written
 
     def _repeats_stopped(self, points: list[dict[str, Any]], point: dict[str, Any]) -> dict[str, str]:
