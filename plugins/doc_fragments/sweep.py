@@ -82,4 +82,10 @@ options:
         workload's C(search_resolution), each repeat then bisects for the highest concurrency meeting them.
     type: dict
     default: {}
+  client_processes:
+    description:
+      - The processes the client's streams are spread over (fairbench.measure.client_processes); default
+        one per 128 streams of the highest level, up to the host's usable cores less one. Each point
+        records every process's CPU and event-loop lag, and is flagged C(client_bound) when one fell behind.
+    type: int
 """

@@ -20,4 +20,5 @@ SWEEP_ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "repeats": {"type": "list", "elements": "int"},
     "extend_repeats": {"type": "bool", "default": True},
     "slo": {"type": "dict", "default": {}},
+    "client_processes": {"type": "int"},
 }

@@ -24,6 +24,7 @@ from fairbench.measure.energy import GpuSelectionError
 from fairbench.measure.progress import Progress
 from fairbench.measure.repeats import AUTO, AutoRepeats, Repeats
 from fairbench.measure.results import ResultsDir, ResultsError, RunIdentity, is_open_loop
+from fairbench.measure.server_metrics import SAMPLE_INTERVAL_S
 from fairbench.measure.slo import SloError, SloTarget, parse_target
 from fairbench.measure.sweep import Sweep, SweepSpec
 from fairbench.measure.vocabulary import VocabularyError
@@ -210,6 +211,24 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     energy.add_argument("--no-energy", action="store_true", help="do not sample GPU energy")
     parser.add_argument(
+        "--client-processes",
+        type=bounded(bounds.CLIENT_PROCESSES),
+        help="processes the client's streams are spread over (default: one per 128 streams of the highest "
+        "level, up to the usable cores less one)",
+    )
+    metrics = parser.add_mutually_exclusive_group()
+    metrics.add_argument(
+        "--no-server-metrics",
+        action="store_true",
+        help="do not scrape the server's /metrics around each point (default: where it answers)",
+    )
+    metrics.add_argument(
+        "--server-metrics-interval",
+        type=bounded(bounds.METRICS_INTERVAL_S),
+        default=SAMPLE_INTERVAL_S,
+        help=f"seconds between scrapes of /metrics during a point (default {SAMPLE_INTERVAL_S:g})",
+    )
+    parser.add_argument(
         "--connect-timeout",
         type=bounded(bounds.CONNECT_TIMEOUT_S),
         default=10.0,
@@ -298,6 +317,9 @@ def spec_from_args(args: argparse.Namespace) -> SweepSpec:
         read_timeout=args.read_timeout,
         energy=not args.no_energy,
         energy_gpus=args.energy_gpus,
+        client_processes=args.client_processes,
+        server_metrics=not args.no_server_metrics,
+        server_metrics_interval_s=args.server_metrics_interval,
         identity=RunIdentity(campaign=args.campaign, run_id=args.run_id, host=args.host, config=args.config),
     )
 

@@ -76,12 +76,14 @@ def sweep_spec(
     repeats: list[int] | None = None,
     extend_repeats: bool = True,
     slo: tuple[SloTarget, ...] = (),
+    client_processes: int | None = None,
 ) -> SweepSpec:
     """The sweep that drives one server with a campaign's workload; ``energy_gpus``: the GPUs whose energy
     counts (NVML indices), None for every GPU; ``identity``: what its point lines name as their sweep (the
     bench role gives the campaign, run id, inventory_hostname and config); ``repeats``: the repeats to
     measure, None for every one; ``extend_repeats``: whether automatic repeats are added by this sweep;
-    ``slo``: the campaign's objectives."""
+    ``slo``: the campaign's objectives; ``client_processes``: the client's processes, None to let the sweep
+    choose."""
     return SweepSpec(
         url=url,
         workload=WorkloadSpec(
@@ -109,6 +111,7 @@ def sweep_spec(
         identity=identity or RunIdentity(),
         only_repeats=repeats,
         extend_repeats=extend_repeats,
+        client_processes=client_processes,
     )
 
 
@@ -129,6 +132,7 @@ def spec_from_arguments(arguments: dict[str, Any]) -> SweepSpec:
         repeats=arguments["repeats"],
         extend_repeats=arguments["extend_repeats"],
         slo=slo,
+        client_processes=arguments["client_processes"],
     )
 
 

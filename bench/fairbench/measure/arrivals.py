@@ -115,9 +115,10 @@ async def run_open_loop(
     max_in_flight: int,
     on_done: Callable[[RequestRecord], None],
     max_error_rate: float | None = None,
+    start_ns: int | None = None,
 ) -> OpenLoopResult:
-    """Send ``requests[i]`` at start + ``offsets_s[i]`` (start = ``perf_counter_ns()`` on entry), never
-    more than ``max_in_flight`` at once; returns what was sent and observed.
+    """Send ``requests[i]`` at start + ``offsets_s[i]`` (start = ``start_ns``, else ``perf_counter_ns()``
+    on entry), never more than ``max_in_flight`` at once; returns what was sent and observed.
 
     The schedule is walked in order: wait until request i is due, then for a free slot, then start the
     request's task, which passes its due time to ``client.request`` as ``scheduled_ns``. A request that
@@ -141,7 +142,7 @@ async def run_open_loop(
     # What the wait for the next due time awaits (asyncio.sleep's own future and timer): a stop wakes it
     # at once instead of after a gap that, with bursty arrivals, can last many seconds.
     wake: asyncio.Future[None] = loop.create_future()
-    start_ns = perf_counter_ns()
+    origin_ns = perf_counter_ns() if start_ns is None else start_ns
 
     async def send(request: PreparedRequest, due_ns: int) -> None:
         nonlocal stopped
@@ -158,7 +159,7 @@ async def run_open_loop(
     async def dispatch() -> None:
         nonlocal wake
         for request, offset_s in zip(requests, offsets_s, strict=True):
-            due_ns = start_ns + round(offset_s * NS_PER_S)
+            due_ns = origin_ns + round(offset_s * NS_PER_S)
             # Until due: a timer may fire a clock tick early, and a request never goes out before its time.
             while not stopped and (wait_ns := due_ns - perf_counter_ns()) > 0:
                 wake = loop.create_future()
@@ -179,7 +180,7 @@ async def run_open_loop(
         raise
     await asyncio.gather(*tasks)
     send_ns = sorted(record.start_ns + record.send_delay_ns for record in records)
-    return OpenLoopResult(records, stopped, start_ns, send_ns)
+    return OpenLoopResult(records, stopped, origin_ns, send_ns)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

@@ -70,6 +70,9 @@ REQUESTS = Bound(0, 10_000_000, "requests")
 COUNT_FACTOR = Bound(0, 10_000, "times the concurrency", integer=False)
 """N of an ``Nx`` request count."""
 REPEATS = Bound(1, 1_000, "repeats")
+CLIENT_PROCESSES = Bound(1, 1_024, "processes")
+METRICS_INTERVAL_S = Bound(0.05, 60, "seconds", integer=False)
+"""Between two scrapes of the server's /metrics during a point: 20 a second at most, one a minute at least."""
 AUTO_REPEATS = Bound(2, 1_000, "repeats")
 """The least and the most of automatic repeats: one repeat has no interval to judge, and REPEATS' most."""
 HALF_WIDTH_PCT = Bound(0.01, 100, "percent of the mean", integer=False)

@@ -1,14 +1,18 @@
 """The closed loop: C workers, each sending its next request the moment its last one ends.
 
 It is the load pattern of ``sglang.bench_serving --request-rate inf --max-concurrency C``; the open
-loop of scheduled arrivals is in arrivals.py. Both stop sending on the same error-rate rule.
+loop of scheduled arrivals is in arrivals.py. Both stop sending on the same error-rate rule. The
+workers take their requests from a ``Tickets`` source: the point's own list in one process
+(``LocalTickets``), or one shared by the client's processes (``client_processes.SharedTickets``), so
+that C streams over N processes still form one loop of C.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from fairbench.measure.client import StreamClient
 from fairbench.measure.records import RequestRecord
@@ -19,11 +23,16 @@ from fairbench.measure.workload import Prompt
 ERROR_RATE_MIN_REQUESTS = 8
 
 
+def error_rate_exceeded(limit: float | None, ended: int, failed: int) -> bool:
+    """The loops' rule for stopping early: more than ``limit`` of at least ERROR_RATE_MIN_REQUESTS ended
+    requests failed; never without a limit."""
+    return limit is not None and ended >= ERROR_RATE_MIN_REQUESTS and failed / ended > limit
+
+
 @dataclass(slots=True)
 class ErrorRateStop:
-    """The loops' rule for stopping early: once more than ``limit`` of at least ERROR_RATE_MIN_REQUESTS
-    ended requests failed, no new request is sent (those in flight are allowed to end); never without a
-    limit."""
+    """``error_rate_exceeded`` over the requests of one loop as they end: once it holds, no new request
+    is sent (those in flight are allowed to end)."""
 
     limit: float | None
     ended: int = 0
@@ -33,11 +42,7 @@ class ErrorRateStop:
         """Count ``record``, which just ended; whether the loop must stop sending now."""
         self.ended += 1
         self.failed += not record.success
-        return (
-            self.limit is not None
-            and self.ended >= ERROR_RATE_MIN_REQUESTS
-            and self.failed / self.ended > self.limit
-        )
+        return error_rate_exceeded(self.limit, self.ended, self.failed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,34 +54,63 @@ class PreparedRequest:
     body: bytes
 
 
+class Tickets(Protocol):
+    """Where a closed loop's workers take their next request, and say how each ended."""
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the error rate stopped the loop."""
+
+    def take(self) -> PreparedRequest | None:
+        """The next request to send; None when none is left or the loop stopped."""
+
+    def ended(self, record: RequestRecord) -> None:
+        """``record`` ended: count it for the error-rate rule."""
+
+
+class LocalTickets:
+    """The requests of a loop that runs in one process, in order."""
+
+    def __init__(self, requests: Sequence[PreparedRequest], max_error_rate: float | None) -> None:
+        self._requests = requests
+        self._next = 0
+        self._rule = ErrorRateStop(max_error_rate)
+        self._stopped = False
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+    def take(self) -> PreparedRequest | None:
+        if self._stopped or self._next >= len(self._requests):
+            return None
+        self._next += 1
+        return self._requests[self._next - 1]
+
+    def ended(self, record: RequestRecord) -> None:
+        self._stopped = self._rule.passed(record) or self._stopped
+
+
 async def run_closed_loop(
     client: StreamClient,
     *,
-    requests: list[PreparedRequest],
+    tickets: Tickets,
     concurrency: int,
     on_done: Callable[[RequestRecord], None],
-    max_error_rate: float | None = None,
-) -> tuple[list[RequestRecord], bool]:
-    """Send every request with ``concurrency`` in flight; returns (records, stopped early).
+) -> list[RequestRecord]:
+    """Send the requests ``tickets`` gives with ``concurrency`` in flight; returns their records.
 
-    When ``max_error_rate`` is given and the failed share of ended requests passes it,
-    no new request is sent; those in flight are allowed to end.
+    Each of ``concurrency`` workers takes a request, sends it, and takes the next once it ended, until the
+    tickets run out or the error-rate rule stops them (those in flight are allowed to end).
     """
     records: list[RequestRecord] = []
-    next_index = 0
-    rule = ErrorRateStop(max_error_rate)
-    stopped = False
 
     async def worker() -> None:
-        nonlocal next_index, stopped
-        while not stopped and next_index < len(requests):
-            request = requests[next_index]
-            next_index += 1
+        while (request := tickets.take()) is not None:
             record = await client.request(request.prompt, request.body, request.rid)
             records.append(record)
             on_done(record)
-            if rule.passed(record):
-                stopped = True
+            tickets.ended(record)
 
-    await asyncio.gather(*(worker() for _ in range(min(concurrency, len(requests)))))
-    return records, stopped
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return records

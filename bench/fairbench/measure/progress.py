@@ -47,11 +47,17 @@ class Progress:
         self._write_state(force=True)
 
     def request_done(self, record: RequestRecord) -> None:
-        self._done += 1
         if record.success:
-            self._tokens += record.output_len
+            self.requests_done(1, 0, record.output_len)
         else:
-            self._failed += 1
+            self.requests_done(0, 1, 0)
+
+    def requests_done(self, ok: int, failed: int, tokens: int) -> None:
+        """``ok`` more requests succeeded with ``tokens`` output tokens, ``failed`` more failed (the
+        client's worker processes report theirs in batches)."""
+        self._done += ok + failed
+        self._failed += failed
+        self._tokens += tokens
         self._show(force=self._done == self._total)
         self._write_state(force=False)
 

@@ -13,22 +13,21 @@ levels whose throughput interval is still wide.
 
 from __future__ import annotations
 
-import asyncio
-import gc
+import math
+import os
 import platform
 import secrets
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
-from time import perf_counter, perf_counter_ns
 from typing import Any
 
 from fairbench import __version__
-from fairbench.measure.arrivals import achieved_rate, arrival_offsets_s, run_open_loop
+from fairbench.measure.arrivals import achieved_rate, arrival_offsets_s
 from fairbench.measure.client import CONNECTION_FAILED, STALLED, ApiFormat, ServerUnreachable, StreamClient
-from fairbench.measure.closed_loop import PreparedRequest, run_closed_loop
+from fairbench.measure.client_processes import ClientProcesses, ClientSettings
+from fairbench.measure.closed_loop import PreparedRequest
 from fairbench.measure.energy import (
     EnergySampler,
     EnergyUnavailable,
@@ -36,7 +35,18 @@ from fairbench.measure.energy import (
     optional_sampler,
     point_fields,
 )
-from fairbench.measure.metrics import NS_PER_MS, accept_length, median, percentile, point_metrics, slo_metrics
+from fairbench.measure.event_loop import LAG_KEYS, collector_paused
+from fairbench.measure.load_phase import Phase, PhaseResult, drive
+from fairbench.measure.metrics import (
+    NS_PER_MS,
+    accept_length,
+    median,
+    percentile,
+    point_metrics,
+    slo_metrics,
+    steady_window,
+)
+from fairbench.measure.point_flags import client_flags, server_flags
 from fairbench.measure.progress import Progress
 from fairbench.measure.records import RequestRecord
 from fairbench.measure.repeats import (
@@ -48,11 +58,15 @@ from fairbench.measure.repeats import (
     stop_reason,
 )
 from fairbench.measure.results import BISECT, LISTED, ResultsDir, RunIdentity, level_tag, load_of, point_id
+from fairbench.measure.server_metrics import METRICS_PATH, SAMPLE_INTERVAL_S, ServerMetricsSampler
+from fairbench.measure.server_metrics import point_fields as server_fields
 from fairbench.measure.slo import SloTarget, slo_to_json
 from fairbench.measure.vocabulary import Vocabulary, VocabularyError, explicit, from_model_info
 from fairbench.measure.workload import MIN_PROMPTS_PER_LEVEL, Workload, WorkloadSpec, parse_count
 
-LAG_SAMPLE_INTERVAL_S = 0.01
+STREAMS_PER_CLIENT_PROCESS = 128
+"""The default number of client processes gives each at most this many streams in flight (see
+``default_client_processes``)."""
 
 # sglang.bench_serving's name for each API, so its tooling reads our points.
 BACKEND_NAMES = {"completions": "sglang-oai", "chat": "sglang-oai-chat", "generate": "sglang"}
@@ -110,6 +124,15 @@ class SweepSpec:
     extend_repeats: bool = True
     """Whether this call adds automatic repeats to the levels whose interval is wide. A spread campaign's
     job measures its own repeat only: the campaign's queue judges the config's repeats over its jobs."""
+    client_processes: int | None = None
+    """The processes the client's streams are spread over (client_processes.py); None: chosen by
+    ``default_client_processes``. Not one of the settings: how the client is run does not change what it
+    sends, and each point records its processes' use."""
+    server_metrics: bool = True
+    """Scrape the server's ``/metrics`` around every point where it answers (server_metrics.py); not one
+    of the settings, as ``energy`` is not."""
+    server_metrics_interval_s: float = SAMPLE_INTERVAL_S
+    """Seconds between two scrapes while a point runs."""
 
     def settings(self, vocabulary: Vocabulary | None, model: str | None) -> dict[str, Any]:
         """The inputs a resumed sweep must share with the original (see ResultsDir.prepare); ``vocabulary``
@@ -161,53 +184,16 @@ class SweepSpec:
     def point_id(self, level: float, repeat: int) -> str:
         return point_id(level, repeat, open_loop=self.open_loop)
 
-
-class LoopLagMonitor:
-    """Samples how late the event loop wakes a 10 ms sleep: proof the client kept up."""
-
-    def __init__(self) -> None:
-        self.lags_s: list[float] = []
-        self._task: asyncio.Task[None] | None = None
-
-    async def _sample(self) -> None:
-        while True:
-            before = perf_counter()
-            await asyncio.sleep(LAG_SAMPLE_INTERVAL_S)
-            self.lags_s.append(max(0.0, perf_counter() - before - LAG_SAMPLE_INTERVAL_S))
-
-    def start(self) -> None:
-        self.lags_s = []
-        self._task = asyncio.get_running_loop().create_task(self._sample())
-
-    async def stop(self) -> dict[str, float]:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        lags = sorted(self.lags_s) or [0.0]
-        return {
-            "event_loop_lag_mean_ms": 1000 * sum(lags) / len(lags),
-            "event_loop_lag_p99_ms": 1000 * lags[min(len(lags) - 1, int(0.99 * len(lags)))],
-            "event_loop_lag_max_ms": 1000 * lags[-1],
-        }
+    def most_in_flight(self) -> int:
+        """The most requests any level has in flight: the size of the client's connection pool."""
+        return max(self.in_flight(level) for level in self.levels())
 
 
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """No cyclic garbage collection while a point is measured.
-
-    A full collection walks every live object - hundreds of thousands of buffered
-    reads at C=256 - and stalls the event loop for up to seconds, which shows up
-    as TTFT. Streams make no reference cycles, so reference counting frees them;
-    the collection runs once the point has ended.
-    """
-    gc.collect()
-    gc.freeze()  # what exists now (prompts, bodies) is never scanned again
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-        gc.unfreeze()
+def default_client_processes(most_in_flight: int, cores: int) -> int:
+    """The client processes a sweep runs when the user names none: one per STREAMS_PER_CLIENT_PROCESS
+    streams of its highest level, at most one fewer than the ``cores`` it may use (one is left to the
+    sweep's own process and the server-metrics sampler), at least one."""
+    return max(1, min(cores - 1, math.ceil(most_in_flight / STREAMS_PER_CLIENT_PROCESS)))
 
 
 # The errors that, when every request of a point ended in one, say the server itself is gone or hung, so
@@ -232,6 +218,8 @@ class Sweep:
 
     def __init__(self, spec: SweepSpec, results: ResultsDir, progress: Progress) -> None:
         self.spec = spec
+        self._workers: ClientProcesses | None = None
+        self._server_metrics: ServerMetricsSampler | None = None
         self.results = results
         self.progress = progress
         # Request ids differ between runs: a resumed sweep must not reuse the id of a
@@ -362,7 +350,7 @@ class Sweep:
             spec.url,
             ApiFormat(spec.api, spec.model or ""),
             # Every request in flight has its own connection: one queued in the pool would count as sent.
-            concurrency=max(spec.in_flight(level) for level in spec.levels()),
+            concurrency=spec.most_in_flight(),
             api_key=spec.api_key,
             connect_timeout=spec.connect_timeout,
             read_timeout=spec.read_timeout,
@@ -374,8 +362,13 @@ class Sweep:
             identity = self.identity()
             self.results.discard_partial()
             self._note_resumed(self.todo(remeasure_failed=remeasure_failed))
-            # One sampler for the whole sweep: NVML starts once, not per point.
-            with optional_sampler(spec.energy_gpus, self.progress.note, enabled=spec.energy) as energy:
+            # One sampler for the whole sweep: NVML starts once, not per point; so do the helper processes.
+            with ExitStack() as helpers:
+                energy = helpers.enter_context(
+                    optional_sampler(spec.energy_gpus, self.progress.note, enabled=spec.energy)
+                )
+                self._workers = self._start_workers(client, helpers)
+                self._server_metrics = await self._start_server_metrics(client, helpers)
                 self.first_request_at = time.time()
                 points = self.results.points()
                 while (step := self.next_point(points, skip)) is not None:
@@ -395,6 +388,42 @@ class Sweep:
                         point["point_id"], records, left=sum(pid not in skip for pid in listed)
                     )
         return written
+
+    def _start_workers(self, client: StreamClient, helpers: ExitStack) -> ClientProcesses | None:
+        """The client's worker processes, None when it runs in this process alone (one process)."""
+        spec = self.spec
+        count = spec.client_processes or default_client_processes(
+            spec.most_in_flight(), len(os.sched_getaffinity(0))
+        )
+        if count == 1:
+            return None
+        settings = ClientSettings(
+            spec.url,
+            spec.api,
+            client.api.model,
+            -(-spec.most_in_flight() // count),
+            spec.api_key,
+            spec.connect_timeout,
+            spec.read_timeout,
+        )
+        self.progress.note(f"client: {count} processes")
+        return helpers.enter_context(ClientProcesses(count, settings))
+
+    async def _start_server_metrics(
+        self, client: StreamClient, helpers: ExitStack
+    ) -> ServerMetricsSampler | None:
+        """The sampler of the server's ``/metrics``, None when it is not wanted or not served (a note)."""
+        if not self.spec.server_metrics:
+            return None
+        try:
+            await client.get(METRICS_PATH)
+        except ServerUnreachable as exc:
+            self.progress.note(
+                f"server metrics not scraped: {exc} (SGLang serves them with --enable-metrics)"
+            )
+            return None
+        sampler = ServerMetricsSampler(client.base_url, client.headers, self.spec.server_metrics_interval_s)
+        return helpers.enter_context(sampler)
 
     def _repeats_stopped(self, points: list[dict[str, Any]], point: dict[str, Any]) -> dict[str, str]:
         """``repeats_stopped`` for a listed level's point after which automatic repeats add none to it:
@@ -472,39 +501,36 @@ class Sweep:
         warmup_failed = 0
         if warmup_count:
             self.progress.start(f"{pid} warmup", warmup_count)
-            warm_records, _ = await self._loop(
+            warmup = await self._loop(
                 client,
                 self.prepare(workload, client.api, level, repeat, warmup_count, phase="warmup"),
                 level,
                 seed=f"{pid}-warmup",
                 max_error_rate=None,
             )
-            warmup_failed = sum(not record.success for record in warm_records)
+            warmup_failed = sum(not record.success for record in warmup.records)
         started_at = datetime.now(UTC).isoformat(timespec="seconds")
         self.progress.start(pid, count)
-        monitor = LoopLagMonitor()
         with collector_paused():
-            # Clocks and lag start after the collection collector_paused runs (tens to hundreds of ms).
-            # The energy window opens first: start() waits (milliseconds) for the sampler's first reading.
+            # Clocks start after the collection collector_paused runs (tens to hundreds of ms). The energy
+            # window opens first: start() waits (milliseconds) for the sampler's first reading; then the
+            # server's counters are read (the scrape waited for, a few milliseconds).
             if energy is not None:
                 energy.start()
-            monitor.start()
-            cpu_before = time.process_time()
-            start_ns = perf_counter_ns()
-            records, stopped_early = await self._loop(
-                client, requests, level, seed=pid, max_error_rate=spec.max_error_rate
-            )
-            duration_s = (perf_counter_ns() - start_ns) / 1e9
-            # Includes the energy sampler thread's CPU (tests/perf/energy_check.py measures it).
-            client_cpu_s = time.process_time() - cpu_before
+            if self._server_metrics is not None:
+                self._server_metrics.begin()
+            measured = await self._loop(client, requests, level, seed=pid, max_error_rate=spec.max_error_rate)
+            scrapes = self._server_metrics.end() if self._server_metrics is not None else None
             gpu_energy = self._stop_energy(energy, pid)
-        lag = await monitor.stop()
-        records.sort(key=lambda record: record.index)
+        records = sorted(measured.records, key=lambda record: record.index)
+        duration_s = measured.duration_s
         in_flight = spec.in_flight(level)
-        metrics = point_metrics(
-            records, duration_s, in_flight, gpus=spec.gpus, closed_loop=not spec.open_loop
-        )
+        closed_loop = not spec.open_loop
+        metrics = point_metrics(records, duration_s, in_flight, gpus=spec.gpus, closed_loop=closed_loop)
         objectives = slo_metrics(records, duration_s, spec.slo, gpus=spec.gpus)
+        uses = [use.to_json() for use in measured.processes]
+        window = steady_window(records, in_flight) if closed_loop else None
+        server = server_fields(scrapes, window) if scrapes is not None else {}
         energy_fields = point_fields(gpu_energy, int(metrics["total_output_tokens"]))
         sharegpt = spec.workload.dataset != "random-ids"
         point: dict[str, Any] = {
@@ -531,9 +557,14 @@ class Sweep:
             "num_prompts": count,
             "warmup_requests": warmup_count,
             "warmup_failed": warmup_failed,
-            "stopped_early": stopped_early,
-            "client_cpu_s": client_cpu_s,
-            **lag,
+            "stopped_early": measured.stopped_early,
+            # With one process, includes the energy sampler thread's CPU (tests/perf/energy_check.py).
+            "client_cpu_s": sum(use["cpu_s"] for use in uses),
+            # The worst process's: the one whose times are least to be trusted.
+            **{key: max(use[key] for use in uses) for key in LAG_KEYS},
+            "client_processes": len(uses),
+            "client_process_use": uses,
+            **server,
             **energy_fields,
             "started_at": started_at,
             "fairbench_version": __version__,
@@ -544,8 +575,11 @@ class Sweep:
             + (f", {per_joule:.2f} tok/J" if (per_joule := energy_fields.get("output_tokens_per_j")) else "")
             + ("" if not objectives else ", SLO met" if objectives["slo_met"] else ", SLO missed")
             + (" (search probe)" if source == BISECT else "")
-            + (" (stopped early: error rate)" if stopped_early else "")
+            + (" (stopped early: error rate)" if measured.stopped_early else "")
         )
+        point["flags"] = server_flags(point, api=spec.api, closed_loop=closed_loop) + client_flags(uses)
+        for flag in point["flags"]:
+            self.progress.note(f"{pid}: {flag['flag']}: {flag['reason']}")
         return point, records
 
     async def _loop(
@@ -556,35 +590,24 @@ class Sweep:
         *,
         seed: str,
         max_error_rate: float | None,
-    ) -> tuple[list[RequestRecord], bool]:
+    ) -> PhaseResult:
         """One phase of a point: a closed loop at concurrency ``level``, or an open loop of arrivals at rate
-        ``level`` drawn from ``seed`` (the point's id and phase, with the workload's seed); returns the
-        records and whether the error rate stopped it early."""
+        ``level`` drawn from ``seed`` (the point's id and phase, with the workload's seed), in this process
+        or over the client's worker processes."""
         spec = self.spec
-        if not spec.open_loop:
-            return await run_closed_loop(
-                client,
-                requests=requests,
-                concurrency=int(level),
-                on_done=self.progress.request_done,
-                max_error_rate=max_error_rate,
+        offsets = None
+        if spec.open_loop:
+            offsets = arrival_offsets_s(
+                len(requests),
+                level,
+                arrival=spec.arrival,
+                burstiness=spec.burstiness,
+                seed=int.from_bytes(f"{spec.workload.seed}/{seed}".encode(), "big") % 2**63,
             )
-        offsets = arrival_offsets_s(
-            len(requests),
-            level,
-            arrival=spec.arrival,
-            burstiness=spec.burstiness,
-            seed=int.from_bytes(f"{spec.workload.seed}/{seed}".encode(), "big") % 2**63,
-        )
-        result = await run_open_loop(
-            client,
-            requests=requests,
-            offsets_s=offsets,
-            max_in_flight=spec.in_flight(level),
-            on_done=self.progress.request_done,
-            max_error_rate=max_error_rate,
-        )
-        return result.records, result.stopped_early
+        phase = Phase(requests, spec.in_flight(level), offsets, max_error_rate)
+        if self._workers is not None:
+            return await self._workers.run(phase, self.progress)
+        return await drive(client, phase, on_done=self.progress.request_done)
 
     async def _accept_length(self, client: StreamClient, pid: str) -> float | None:
         """The server's speculative decoding acceptance once the point's loop ended, as sglang.bench_serving

@@ -1,0 +1,126 @@
+"""Cross-checks of a point against the server's own counters and the client's own use: each flag names
+the numbers it casts doubt on, and says why.
+
+A flag is ``{"flag": NAME, "on": [point keys], "reason": words}``; a point's ``flags`` lists those raised
+(none: ``[]``). The checks, each with its threshold:
+
+- ``server_tokens_differ``: the server's generation-token delta over the point (server_metrics.py) is
+  not the output tokens the client received. Checked only when every request succeeded (a failed one's
+  tokens are the client's to lose). Exact: both count the same finished requests.
+- ``running_below_concurrency``: in a closed loop, the server's mean of running requests over the steady
+  window is below RUNNING_SHARE_MIN of C. With requests waiting in its queue the server held them back
+  (``max-running-requests``, or its KV cache); with none waiting, the client did not keep C in flight.
+- ``prefix_reuse``: the server's cached prompt tokens are a larger share of its prompt tokens than the
+  workload allows (``allowed_cache_rate``): prompts were served from another point's prefix cache.
+- ``client_bound``: a client process was runnable (running, or waiting for a core) more than
+  CLIENT_RUNNABLE_SHARE_MAX of the point, or its event loop woke more than CLIENT_LAG_MEAN_MAX_MS late on
+  average: it read its streams late, from its own cost or starved of CPU by other processes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+RUNNING_SHARE_MIN = 0.9
+CLIENT_RUNNABLE_SHARE_MAX = 0.9
+"""A single-threaded client that has work more than 90 % of the time queues its reads: in a single-server
+queue the wait grows as u / (1 - u) service times, 9 at u = 0.9, so every read's timestamp is late by
+several reads' handling; below it the wait is a fraction of one. Runnable is its CPU time plus its time
+waiting for a core: a client starved by other processes is as late as one busy with its own work."""
+CLIENT_LAG_MEAN_MAX_MS = 1.5
+"""An idle loop already wakes about 0.5 ms late on average (epoll waits in whole milliseconds, rounded
+up); 1 ms more is fairbench's accuracy target for TTFT (tests/support/sweep_accuracy.py): a loop later
+than that on average adds more than it to every time it takes."""
+CACHE_RATE_SLACK = 0.05
+"""Cached share allowed on top of the workload's own: prompts that happen to share their first tokens."""
+CHAT_TEMPLATE_TOKENS = 64
+"""The prompt tokens a chat template puts before every message (role markers, a default system prompt):
+the same for every request, so a chat workload's prompts share them in the cache."""
+
+TOKENS_ON = ["output_throughput", "total_output_tokens"]
+RUNNING_ON = ["max_concurrency", "output_throughput", "median_tpot_ms"]
+REUSE_ON = ["median_ttft_ms", "mean_ttft_ms", "input_throughput"]
+CLIENT_ON = ["output_throughput", "median_ttft_ms", "median_tpot_ms", "median_itl_ms"]
+
+
+def _flag(name: str, on: list[str], reason: str) -> dict[str, Any]:
+    return {"flag": name, "on": on, "reason": reason}
+
+
+def allowed_cache_rate(api: str, mean_prompt_len: float) -> float:
+    """The cached share of prompt tokens a fairbench workload allows: its prompts are drawn afresh for
+    every point and phase, so nothing but a chat template's CHAT_TEMPLATE_TOKENS is shared, plus
+    CACHE_RATE_SLACK."""
+    shared = CHAT_TEMPLATE_TOKENS if api == "chat" else 0
+    return min(1.0, shared / max(mean_prompt_len, 1.0) + CACHE_RATE_SLACK)
+
+
+def server_flags(point: Mapping[str, Any], *, api: str, closed_loop: bool) -> list[dict[str, Any]]:
+    """The checks against the server's counters (``server_*`` fields of server_metrics.point_fields)."""
+    flags = []
+    generated = point.get("server_generation_tokens")
+    received = point["total_output_tokens"]
+    if generated is not None and point["completed"] == point["num_prompts"] and generated != received:
+        flags.append(
+            _flag(
+                "server_tokens_differ",
+                TOKENS_ON,
+                f"the server counted {generated:,} generation tokens over the point, the client received "
+                f"{received:,}: another client used the server, or tokens were lost between them",
+            )
+        )
+    running = point.get("server_running_mean")
+    concurrency = point["max_concurrency"]
+    if closed_loop and running is not None and running < RUNNING_SHARE_MIN * concurrency:
+        queued = point.get("server_queue_mean") or 0.0
+        why = (
+            f"{queued:.1f} waiting in its queue on average: a server cap held them back "
+            "(max-running-requests, or its KV cache)"
+            if queued > 0
+            else "none waiting in its queue: the client did not keep C requests in flight"
+        )
+        flags.append(
+            _flag(
+                "running_below_concurrency",
+                RUNNING_ON,
+                f"the server ran {running:.1f} requests on average, {running / concurrency:.0%} of "
+                f"C={concurrency} (below {RUNNING_SHARE_MIN:.0%}); {why}",
+            )
+        )
+    cached, prompt = point.get("server_cached_tokens"), point.get("server_prompt_tokens")
+    if cached is not None and prompt:
+        completed = max(point["completed"], 1)
+        allowed = allowed_cache_rate(api, point["total_input_tokens"] / completed)
+        if cached / prompt > allowed:
+            flags.append(
+                _flag(
+                    "prefix_reuse",
+                    REUSE_ON,
+                    f"{cached / prompt:.0%} of the server's prompt tokens came from its prefix cache, above "
+                    f"the {allowed:.0%} this workload allows: prompts were served from another point's "
+                    "cache (flush_cache between points avoids it)",
+                )
+            )
+    return flags
+
+
+def client_flags(processes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The check of the client's own use (``event_loop.ProcessUse.to_json`` of each process)."""
+    reasons = []
+    for index, use in enumerate(processes):
+        waiting = use.get("runqueue_wait_share") or 0.0
+        if (runnable := use["cpu_share"] + waiting) > CLIENT_RUNNABLE_SHARE_MAX:
+            reasons.append(
+                f"client process {index} was runnable {runnable:.0%} of the point ({use['cpu_share']:.0%} "
+                f"running, {waiting:.0%} waiting for a core; above {CLIENT_RUNNABLE_SHARE_MAX:.0%})"
+            )
+        if use["event_loop_lag_mean_ms"] > CLIENT_LAG_MEAN_MAX_MS:
+            reasons.append(
+                f"client process {index}'s event loop woke {use['event_loop_lag_mean_ms']:.2f} ms late on "
+                f"average (above {CLIENT_LAG_MEAN_MAX_MS:g} ms)"
+            )
+    if not reasons:
+        return []
+    advice = "; its times are late by its own delay: give it more cores or processes (--client-processes)"
+    return [_flag("client_bound", CLIENT_ON, "; ".join(reasons) + advice)]

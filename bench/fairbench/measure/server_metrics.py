@@ -1,0 +1,180 @@
+"""The server's own counters around each point: SGLang's Prometheus ``/metrics`` (``--enable-metrics``).
+
+A sampler process scrapes ``/metrics`` once as a point starts, about once a second while it runs, and
+once as it ends; it parses each scrape with ``prometheus_client``'s parser and keeps only the families
+below. It is a process of its own, not a thread: parsing SGLang's page (every histogram's buckets) takes
+milliseconds of pure Python, which in the client's process would hold its event loop and show up as
+TTFT.
+
+From the two end scrapes come the counters' deltas over the point; from the samples in between, the
+gauges' mean and max. SGLang counts a request's tokens once it has finished (its
+``observe_one_finished_request``), so after a point whose requests have all ended the deltas cover
+exactly that point's requests. With several schedulers (data parallelism) each reports its own gauges:
+request counts are summed over them, ratios averaged.
+"""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from time import perf_counter_ns
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from fairbench.measure.child_process import start_child, stop_child
+
+METRICS_PATH = "/metrics"
+SAMPLE_INTERVAL_S = 1.0
+SCRAPE_TIMEOUT_S = 5.0
+
+COUNTERS = {
+    "sglang:prompt_tokens": "prompt_tokens",
+    "sglang:generation_tokens": "generation_tokens",
+    "sglang:cached_tokens": "cached_tokens",
+}
+"""Counter families (``prometheus_client`` names them without ``_total``) and the point's name for each."""
+SUMMED_GAUGES = {"sglang:num_running_reqs": "running", "sglang:num_queue_reqs": "queue"}
+AVERAGED_GAUGES = {"sglang:token_usage": "token_usage", "sglang:spec_accept_length": "spec_accept_length"}
+
+
+@dataclass(frozen=True, slots=True)
+class Scrape:
+    """One scrape: when (``perf_counter_ns``, the client's clock) and the watched values found in it."""
+
+    t_ns: int
+    values: dict[str, float]
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """The watched values of a ``/metrics`` page: each counter's ``_total`` summed over its label sets,
+    each gauge summed (request counts) or averaged (ratios) over its label sets; absent ones left out."""
+    values: dict[str, float] = {}
+    averaged: dict[str, list[float]] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name in COUNTERS:
+            total_name = family.name + "_total"
+            values[COUNTERS[family.name]] = sum(s.value for s in family.samples if s.name == total_name)
+        elif family.name in SUMMED_GAUGES:
+            values[SUMMED_GAUGES[family.name]] = sum(sample.value for sample in family.samples)
+        elif family.name in AVERAGED_GAUGES:
+            averaged[AVERAGED_GAUGES[family.name]] = [sample.value for sample in family.samples]
+    for key, samples in averaged.items():
+        if samples:
+            values[key] = sum(samples) / len(samples)
+    return values
+
+
+def scrape(url: str, headers: Mapping[str, str]) -> Scrape | str:
+    """One scrape of ``url``; the reason in words when it failed."""
+    request = urllib.request.Request(url, headers=dict(headers))
+    try:
+        with urllib.request.urlopen(request, timeout=SCRAPE_TIMEOUT_S) as response:
+            text = response.read().decode("utf-8", errors="replace")
+    except urllib.error.HTTPError as exc:
+        return f"{url} answered HTTP {exc.code}"
+    except (OSError, ValueError) as exc:
+        return f"{url}: {exc}"
+    try:
+        return Scrape(perf_counter_ns(), parse_metrics(text))
+    except ValueError as exc:  # the parser's error for a page that is not Prometheus text
+        return f"{url} is not Prometheus text: {exc}"
+
+
+@dataclass(slots=True)
+class PointScrapes:
+    """What the sampler saw over one point."""
+
+    before: Scrape | str
+    after: Scrape | str
+    samples: list[Scrape]
+    failures: list[str]
+    """Why each failed scrape between the two ends failed."""
+
+
+def sampler_main(url: str, headers: dict[str, str], interval_s: float, conn: Connection) -> None:
+    """The sampler process: for each "begin" the parent sends, scrape at once (sent back), then every
+    ``interval_s`` until "end", then once more; exits on None."""
+    while conn.recv() is not None:
+        conn.send(scrape(url, headers))
+        samples: list[Scrape] = []
+        failures: list[str] = []
+        while not conn.poll(interval_s):
+            taken = scrape(url, headers)
+            if isinstance(taken, Scrape):
+                samples.append(taken)
+            else:
+                failures.append(taken)
+        conn.recv()
+        conn.send((scrape(url, headers), samples, failures))
+
+
+class ServerMetricsSampler:
+    """The sampler process of one sweep: ``begin`` as a point starts, ``end`` as it ends."""
+
+    def __init__(self, base_url: str, headers: Mapping[str, str], interval_s: float = SAMPLE_INTERVAL_S):
+        self._conn, self._process = start_child(
+            sampler_main,
+            (base_url.rstrip("/") + METRICS_PATH, dict(headers), interval_s),
+            "fairbench-server-metrics",
+        )
+        self._before: Scrape | str = ""
+
+    def begin(self) -> None:
+        """Scrape now (waits for it) and sample until ``end``."""
+        self._conn.send("begin")
+        self._before = self._conn.recv()
+
+    def end(self) -> PointScrapes:
+        """Scrape now, and return the point's scrapes."""
+        self._conn.send("end")
+        after, samples, failures = self._conn.recv()
+        return PointScrapes(self._before, after, samples, failures)
+
+    def close(self) -> None:
+        stop_child(self._conn, self._process)
+
+    def __enter__(self) -> ServerMetricsSampler:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _stats(samples: Sequence[Scrape], key: str) -> tuple[float | None, float | None]:
+    values = [sample.values[key] for sample in samples if key in sample.values]
+    return (sum(values) / len(values), max(values)) if values else (None, None)
+
+
+def point_fields(scrapes: PointScrapes, window: tuple[int, int] | None) -> dict[str, Any]:
+    """A point's server fields.
+
+    - server_{prompt,generation,cached}_tokens = the counter at the end scrape - at the start scrape;
+      None when either scrape failed or the server has no such counter
+    - server_{running,queue}_{mean,max}, server_token_usage_{mean,max}: over the samples taken in
+      ``window`` (a closed loop's steady window: every stream active; the ramp and the tail would read
+      low), or over all of the point's samples without one (an open loop); None without samples
+    - server_spec_accept_length = the mean of the gauge over the same samples (speculative decoding only)
+    - server_metric_samples = the samples those figures are over; server_metric_failures = the scrapes
+      that failed, with the first reason in server_metric_error
+    """
+    fields: dict[str, Any] = {}
+    before, after = scrapes.before, scrapes.after
+    start = before.values if isinstance(before, Scrape) else {}
+    end = after.values if isinstance(after, Scrape) else {}
+    for key in COUNTERS.values():
+        fields[f"server_{key}"] = round(end[key] - start[key]) if key in start and key in end else None
+    samples = scrapes.samples
+    if window is not None:
+        samples = [sample for sample in samples if window[0] <= sample.t_ns < window[1]]
+    for key in ("running", "queue", "token_usage"):
+        fields[f"server_{key}_mean"], fields[f"server_{key}_max"] = _stats(samples, key)
+    fields["server_spec_accept_length"] = _stats(samples, "spec_accept_length")[0]
+    fields["server_metric_samples"] = len(samples)
+    failures = [*(end for end in (before, after) if isinstance(end, str)), *scrapes.failures]
+    fields["server_metric_failures"] = len(failures)
+    fields["server_metric_error"] = failures[0] if failures else None
+    return fields

@@ -1,0 +1,114 @@
+"""The cross-checks of a point: each flag raised past its threshold, with its reason, and not below it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fairbench.measure.point_flags import (
+    CACHE_RATE_SLACK,
+    CLIENT_LAG_MEAN_MAX_MS,
+    CLIENT_RUNNABLE_SHARE_MAX,
+    allowed_cache_rate,
+    client_flags,
+    server_flags,
+)
+
+
+def point(**fields: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "completed": 100,
+        "num_prompts": 100,
+        "total_output_tokens": 25_600,
+        "total_input_tokens": 12_800,
+        "max_concurrency": 64,
+        "server_generation_tokens": 25_600,
+        "server_prompt_tokens": 12_800,
+        "server_cached_tokens": 0,
+        "server_running_mean": 63.5,
+        "server_queue_mean": 0.0,
+    }
+    return base | fields
+
+
+def names(flags: list[dict[str, Any]]) -> list[str]:
+    return [flag["flag"] for flag in flags]
+
+
+def test_a_point_that_agrees_with_its_server_raises_nothing() -> None:
+    assert server_flags(point(), api="completions", closed_loop=True) == []
+
+
+def test_a_token_count_the_server_disagrees_with_is_flagged_on_throughput() -> None:
+    (flag,) = server_flags(point(server_generation_tokens=25_601), api="completions", closed_loop=True)
+    assert flag["flag"] == "server_tokens_differ"
+    assert "output_throughput" in flag["on"]
+    assert "25,601" in flag["reason"] and "25,600" in flag["reason"]
+
+
+def test_token_counts_are_not_compared_when_a_request_failed() -> None:
+    flags = server_flags(
+        point(server_generation_tokens=25_000, completed=99), api="completions", closed_loop=True
+    )
+    assert flags == []
+
+
+def test_without_server_counters_nothing_is_checked() -> None:
+    empty = point(server_generation_tokens=None, server_running_mean=None, server_cached_tokens=None)
+    assert server_flags(empty, api="completions", closed_loop=True) == []
+
+
+@pytest.mark.parametrize(
+    ("queued", "why"),
+    [(3.5, "a server cap held them back"), (0.0, "the client did not keep C requests in flight")],
+)
+def test_running_below_90_percent_of_c_says_why(queued: float, why: str) -> None:
+    (flag,) = server_flags(
+        point(server_running_mean=57.0, server_queue_mean=queued), api="completions", closed_loop=True
+    )
+    assert flag["flag"] == "running_below_concurrency"
+    assert why in flag["reason"]
+    assert "max_concurrency" in flag["on"]
+
+
+def test_running_at_90_percent_of_c_or_in_an_open_loop_is_not_flagged() -> None:
+    assert server_flags(point(server_running_mean=57.6), api="completions", closed_loop=True) == []
+    assert server_flags(point(server_running_mean=10.0), api="completions", closed_loop=False) == []
+
+
+def test_a_cache_hit_rate_above_what_the_workload_allows_is_prefix_reuse() -> None:
+    allowed = allowed_cache_rate("completions", 128)
+    assert allowed == pytest.approx(CACHE_RATE_SLACK)
+    under = point(server_cached_tokens=int(12_800 * allowed) - 1)
+    over = point(server_cached_tokens=int(12_800 * allowed) + 1)
+    assert server_flags(under, api="completions", closed_loop=True) == []
+    (flag,) = server_flags(over, api="completions", closed_loop=True)
+    assert flag["flag"] == "prefix_reuse" and "median_ttft_ms" in flag["on"]
+
+
+def test_a_chat_template_prefix_is_allowed_in_the_cache() -> None:
+    assert allowed_cache_rate("chat", 128) > allowed_cache_rate("completions", 128)
+    shared = point(server_cached_tokens=100 * 40)  # 40 template tokens of each prompt
+    assert server_flags(shared, api="chat", closed_loop=True) == []
+    assert names(server_flags(shared, api="completions", closed_loop=True)) == ["prefix_reuse"]
+
+
+def use(cpu_share: float, lag_ms: float, waiting: float | None = 0.0) -> dict[str, Any]:
+    return {
+        "cpu_s": cpu_share * 10,
+        "cpu_share": cpu_share,
+        "runqueue_wait_share": waiting,
+        "requests": 10,
+        "event_loop_lag_mean_ms": lag_ms,
+    }
+
+
+def test_a_busy_starved_or_late_client_process_is_flagged_client_bound_naming_it() -> None:
+    assert client_flags([use(0.5, 0.2), use(0.6, 1.4, waiting=0.29), use(0.89, 0.9, waiting=None)]) == []
+    (busy,) = client_flags([use(0.5, 0.2), use(CLIENT_RUNNABLE_SHARE_MAX + 0.01, 0.2)])
+    assert busy["flag"] == "client_bound" and "client process 1" in busy["reason"]
+    (starved,) = client_flags([use(0.1, 1.0, waiting=0.85)])
+    assert "85% waiting for a core" in starved["reason"]
+    (late,) = client_flags([use(0.4, CLIENT_LAG_MEAN_MAX_MS + 0.5)])
+    assert "woke 2.00 ms late" in late["reason"] and "client process 0" in late["reason"]
