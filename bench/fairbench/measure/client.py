@@ -4,7 +4,9 @@ Each network read is timestamped (``perf_counter_ns``) the moment it is handed o
 then fed to the stream's parser; an event's arrival time is the arrival of the read
 that completed it. Parsing as reads come spreads its cost evenly: parsing whole
 streams at their end made bursts of hundreds of milliseconds when a wave of C
-requests ended together, delaying the first tokens of the next wave.
+requests ended together, delaying the first tokens of the next wave. The streams
+go through measure/http_stream.py, which feeds the parser from the socket's own
+callback; the few requests that do not stream (health, model list) use aiohttp.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter_ns
@@ -20,11 +23,11 @@ from typing import Any
 import aiohttp
 import orjson
 
+from fairbench.measure.http_stream import ConnectionPool, HttpStreamError
 from fairbench.measure.records import RequestRecord
 from fairbench.measure.workload import APIS, Prompt
 
 ERROR_EXCERPT_CHARS = 300
-READ_BUFFER_BYTES = 4 * 1024 * 1024
 CONNECTION_FAILED = "connection failed: "
 STALLED = "stalled: "
 """How a request's error starts when the connection failed (refused, reset, cut mid-stream)."""
@@ -49,6 +52,9 @@ class StreamCounts:
     chunk_tokens: list[int]
     output_len: int
     prompt_len: int | None
+    server_sent_s: float | None
+    """``meta_info.response_sent_to_client_ts`` of the first event (epoch seconds): when SGLang's
+    ``/generate`` sent it; None when the stream did not say."""
 
 
 def _excerpt(text: str) -> str:
@@ -78,27 +84,32 @@ if given, has text, carries output). OpenAI's closing usage-only event (``choice
 no output. A plain tuple: this runs once per token."""
 
 
-def _openai_count(data: dict[str, Any], text_of: Callable[[dict[str, Any]], str]) -> EventCount:
+def _openai_count(data: dict[str, Any]) -> EventCount:
+    """An event of the completions or chat API: a choice's output is its ``text`` (completions), or its
+    delta's ``content`` and ``reasoning_content`` (chat: reasoning models stream their thinking apart,
+    and it is output all the same)."""
     usage = data.get("usage") or {}
     choices = data.get("choices")
-    if choices:
-        return usage.get("completion_tokens"), usage.get("prompt_tokens"), bool(text_of(choices[0])), True
-    return usage.get("completion_tokens"), usage.get("prompt_tokens"), False, False
-
-
-def _completion_text(choice: dict[str, Any]) -> str:
-    return choice.get("text") or ""
-
-
-def _chat_text(choice: dict[str, Any]) -> str:
-    delta = choice.get("delta") or {}
-    # Reasoning models stream their thinking separately; it is output all the same.
-    return (delta.get("reasoning_content") or "") + (delta.get("content") or "")
+    if not choices:
+        return usage.get("completion_tokens"), usage.get("prompt_tokens"), False, False
+    choice = choices[0]
+    has_text = bool(choice.get("text"))
+    if not has_text:
+        delta = choice.get("delta") or {}
+        has_text = bool(delta.get("reasoning_content") or delta.get("content"))
+    return usage.get("completion_tokens"), usage.get("prompt_tokens"), has_text, True
 
 
 def _generate_count(data: dict[str, Any]) -> EventCount:
     meta = data.get("meta_info") or {}
     return meta.get("completion_tokens"), meta.get("prompt_tokens"), bool(data.get("text")), True
+
+
+def _server_sent_s(data: dict[str, Any]) -> float | None:
+    """``meta_info.response_sent_to_client_ts``, which SGLang puts on a stream's first event only."""
+    meta = data.get("meta_info")
+    sent = meta.get("response_sent_to_client_ts") if isinstance(meta, dict) else None
+    return float(sent) if isinstance(sent, int | float) and not isinstance(sent, bool) else None
 
 
 def _unreachable_reason(exc: BaseException, url: str, connect_timeout: float, answer_timeout: float) -> str:
@@ -135,12 +146,7 @@ class ApiFormat:
             "chat": "/v1/chat/completions",
             "generate": "/generate",
         }[name]
-        self._count: Callable[[dict[str, Any]], EventCount]
-        if name == "generate":
-            self._count = _generate_count
-        else:
-            text_of = _completion_text if name == "completions" else _chat_text
-            self._count = lambda data: _openai_count(data, text_of)
+        self._count = _generate_count if name == "generate" else _openai_count
 
     def body(self, prompt: Prompt, rid: str) -> bytes:
         """The request body; output length is enforced with ignore_eos, greedy sampling.
@@ -200,9 +206,11 @@ class StreamParser:
         self.chunk_ns: list[int] = []
         self.chunk_tokens: list[int] = []
         self.last_read_ns = 0
+        self.server_sent_s: float | None = None
         self._counted = 0
         self._prompt_len: int | None = None
         self._final_count: int | None = None
+        self._first = True
         self._done = False
         self._pending = b""
 
@@ -210,12 +218,45 @@ class StreamParser:
         self.last_read_ns = arrival_ns
         events = (self._pending + data).split(b"\n\n") if self._pending else data.split(b"\n\n")
         self._pending = events.pop()
-        for raw_event in events:
-            event = raw_event.strip()
-            if event:
-                self._event(arrival_ns, event)
+        for event in events:
+            # The common event, "data: {...}", is parsed as it is (JSON allows the blanks around it);
+            # anything else takes the path that checks it.
+            message = None
+            if event[:5] == b"data:" and not self._done:
+                try:
+                    message = orjson.loads(event[5:])
+                except orjson.JSONDecodeError:
+                    message = None
+            if type(message) is not dict:
+                message = self._checked_message(event)
+                if message is None:
+                    continue
+            if ("error" in message or "meta_info" in message) and (error := _stream_error(message)):
+                raise StreamError(error)
+            if self._first:
+                self._first = False
+                self.server_sent_s = _server_sent_s(message)
+            total, prompt_tokens, has_text, carries_output = self._count(message)
+            if prompt_tokens is not None:
+                self._prompt_len = prompt_tokens
+            if total is None:
+                if has_text:
+                    self.chunk_ns.append(arrival_ns)
+                    self.chunk_tokens.append(1)
+                    self._counted += 1
+                continue
+            self._final_count = total
+            if total > self._counted and carries_output:
+                self.chunk_ns.append(arrival_ns)
+                self.chunk_tokens.append(total - self._counted)
+                self._counted = total
 
-    def _event(self, arrival_ns: int, event: bytes) -> None:
+    def _checked_message(self, raw_event: bytes) -> dict[str, Any] | None:
+        """An event that is not plain ``data: {...}``: its message, or None for a blank event and for
+        ``[DONE]``; raises StreamError for what the format does not allow."""
+        event = raw_event.strip()
+        if not event:
+            return None
         if self._done:
             raise StreamError(f"data after [DONE]: {_excerpt(event.decode(errors='replace'))}")
         if not event.startswith(b"data:"):
@@ -223,29 +264,14 @@ class StreamParser:
         payload = event[5:].strip()
         if payload == b"[DONE]":
             self._done = True
-            return
+            return None
         try:
             message = orjson.loads(payload)
         except orjson.JSONDecodeError:
             message = None
         if not isinstance(message, dict):
             raise StreamError(f"malformed stream line: {_excerpt(event.decode(errors='replace'))}")
-        if (error := _stream_error(message)) is not None:
-            raise StreamError(error)
-        total, prompt_tokens, has_text, carries_output = self._count(message)
-        if prompt_tokens is not None:
-            self._prompt_len = prompt_tokens
-        if total is None:
-            if has_text:
-                self.chunk_ns.append(arrival_ns)
-                self.chunk_tokens.append(1)
-                self._counted += 1
-            return
-        self._final_count = total
-        if total > self._counted and carries_output:
-            self.chunk_ns.append(arrival_ns)
-            self.chunk_tokens.append(total - self._counted)
-            self._counted = total
+        return message
 
     def finish(self) -> StreamCounts:
         """The stream has ended: check it ended properly and return what it carried."""
@@ -259,7 +285,9 @@ class StreamParser:
         if self.chunk_tokens and output_len > self._counted:
             # Counts came only at the end: the missing tokens belong to the last chunk.
             self.chunk_tokens[-1] += output_len - self._counted
-        return StreamCounts(self.chunk_ns, self.chunk_tokens, output_len, self._prompt_len)
+        return StreamCounts(
+            self.chunk_ns, self.chunk_tokens, output_len, self._prompt_len, self.server_sent_s
+        )
 
 
 @dataclass(eq=False, slots=True)
@@ -272,12 +300,13 @@ class _InFlight:
 
 
 class StreamClient:
-    """One aiohttp session for a whole sweep, its pool sized to the concurrency.
+    """A whole sweep's connections: streams through a keep-alive pool of up to ``concurrency`` idle
+    connections (one per request in flight), other requests through an aiohttp session.
 
     A stream that sends nothing for ``read_timeout`` seconds fails as stalled. One
-    watchdog task checks every stream's last read, where aiohttp's ``sock_read``
-    timeout would re-arm a timer on every read: a quarter of the client's CPU per
-    token at high concurrency.
+    watchdog task checks every stream's last read, where a timeout per stream would
+    re-arm a timer on every read: a quarter of the client's CPU per token at high
+    concurrency.
     """
 
     def __init__(
@@ -300,14 +329,17 @@ class StreamClient:
         self.read_timeout = read_timeout
         self._concurrency = concurrency
         self._session: aiohttp.ClientSession | None = None
+        self._pool: ConnectionPool | None = None
         self._in_flight: set[_InFlight] = set()
         self._watchdog: asyncio.Task[None] | None = None
+        # The wall clock less perf_counter_ns: turns a server's epoch timestamps into this clock's.
+        self._epoch_offset_ns = time.time_ns() - perf_counter_ns()
 
     async def __aenter__(self) -> StreamClient:
-        connector = aiohttp.TCPConnector(limit=self._concurrency, limit_per_host=self._concurrency)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout)
-        self._session = aiohttp.ClientSession(
-            connector=connector, timeout=timeout, read_bufsize=READ_BUFFER_BYTES, auto_decompress=False
+        self._session = aiohttp.ClientSession(timeout=timeout, auto_decompress=False)
+        self._pool = ConnectionPool(
+            self.url, self.headers, connect_timeout=self.connect_timeout, keep_idle=self._concurrency
         )
         self._watchdog = asyncio.get_running_loop().create_task(self._watch_stalls())
         return self
@@ -317,6 +349,9 @@ class StreamClient:
             self._watchdog.cancel()
             await asyncio.gather(self._watchdog, return_exceptions=True)
             self._watchdog = None
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -336,6 +371,12 @@ class StreamClient:
         if self._session is None:
             raise RuntimeError("StreamClient used outside 'async with'")
         return self._session
+
+    @property
+    def pool(self) -> ConnectionPool:
+        if self._pool is None:
+            raise RuntimeError("StreamClient used outside 'async with'")
+        return self._pool
 
     async def get(self, path: str) -> bytes:
         """GET ``path``: its body; raises ServerUnreachable when no answer came, or one that is not 200."""
@@ -406,24 +447,20 @@ class StreamClient:
             record.send_delay_ns = record.start_ns - scheduled_ns
             record.start_ns = scheduled_ns
         try:
-            async with self.session.post(self.url, data=body, headers=self.headers) as response:
-                record.status = response.status
-                if response.status != 200:
-                    text = await response.text(errors="replace")
-                    raise StreamError(f"HTTP {response.status}: {_excerpt(text)}")
-                feed = parser.feed
-                async for data in response.content.iter_any():
-                    feed(perf_counter_ns(), data)
+            response = await self.pool.post(body, parser.feed)
+            record.status = response.status
+            kept = await response.finish()
+            if response.status != 200:
+                raise StreamError(f"HTTP {response.status}: {_excerpt(kept.decode(errors='replace'))}")
             counts = parser.finish()
         except StreamError as exc:
             record.error = str(exc)
-        except aiohttp.ClientError as exc:
+        except HttpStreamError as exc:
             record.error = f"{CONNECTION_FAILED}{type(exc).__name__}: {_excerpt(str(exc))}"
         except asyncio.CancelledError:
             if not watched.stalled:
                 raise
-            if hasattr(task, "uncancel"):  # Python 3.11+: this cancellation is handled
-                task.uncancel()
+            task.uncancel()  # this cancellation is handled
             record.error = f"{STALLED}no data for {self.read_timeout:g} s"
         finally:
             self._in_flight.discard(watched)
@@ -436,6 +473,8 @@ class StreamClient:
         record.output_len = counts.output_len
         if counts.prompt_len is not None:
             record.prompt_len = counts.prompt_len
+        if counts.server_sent_s is not None:
+            record.server_sent_ns = round(counts.server_sent_s * 1e9) - self._epoch_offset_ns
         if counts.output_len != prompt.output_len:
             record.error = (
                 f"output length {counts.output_len} != requested {prompt.output_len} "

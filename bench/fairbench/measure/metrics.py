@@ -183,6 +183,19 @@ def token_itls_ns(record: RequestRecord) -> list[float]:
     return gaps
 
 
+def server_send_gap_ns(record: RequestRecord) -> int | None:
+    """The way of the first chunk from the server's send to the client's read: chunk_ns[0] -
+    server_sent_ns; None when the server did not say when it sent it, or no chunk came.
+
+    On one machine this is the server's serialization and send, loopback and the client's lateness in
+    reading: a client that falls behind its streams shows here first. Across machines it also holds the
+    offset between their clocks (see RequestRecord.server_sent_ns).
+    """
+    if record.server_sent_ns is None or not record.chunk_ns:
+        return None
+    return record.chunk_ns[0] - record.server_sent_ns
+
+
 def _one_token_per_later_chunk(record: RequestRecord) -> bool:
     """Whether every chunk after the first carried exactly one token: then token ITL = chunk ITL."""
     later_tokens = record.chunk_tokens[1:]
@@ -301,6 +314,9 @@ def point_metrics(
     - steady_duration = length of :func:`steady_window` in seconds, 0.0 when there is none or the point
       is an open loop (``closed_loop`` false: its window assumes a closed loop's replacements);
       steady_output_throughput = :func:`tokens_in_window` / steady_duration, only when steady_duration > 0
+    - server_send_gap_{median,p99,max}_ms: statistics of :func:`server_send_gap_ns` (chunk_ns[0] -
+      server_sent_ns) over the ok requests that have it, median and p99 as above; only when one has it
+      (SGLang's ``/generate`` reports its send time, the OpenAI APIs do not)
     - failed = number of failed requests; error_rate = failed / number of requests (0 for none)
     """
     if not duration_s > 0:
@@ -368,6 +384,11 @@ def point_metrics(
         steady_duration = (window[1] - window[0]) / NS_PER_S
         metrics["steady_duration"] = steady_duration
         metrics["steady_output_throughput"] = tokens_in_window(records, window) / steady_duration
+    send_gaps = sorted(gap for gap in map(server_send_gap_ns, succeeded) if gap is not None)
+    if send_gaps:
+        metrics["server_send_gap_median_ms"] = _median_of_sorted(send_gaps) / NS_PER_MS
+        metrics["server_send_gap_p99_ms"] = _percentile_of_sorted(send_gaps, 99) / NS_PER_MS
+        metrics["server_send_gap_max_ms"] = send_gaps[-1] / NS_PER_MS
     failed = len(records) - completed
     metrics["failed"] = failed
     metrics["error_rate"] = failed / len(records) if records else 0.0

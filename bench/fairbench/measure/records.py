@@ -46,6 +46,13 @@ class RequestRecord:
     """When the request was written to the connection less ``start_ns``: in an open loop, how late it
     went out after its scheduled time (waiting for a slot, or for the event loop); 0 in a closed loop,
     whose ``start_ns`` is the send itself. Files written before it existed read back as 0."""
+    server_sent_ns: int | None = None
+    """When the server sent the stream's first event, on this record's clock: SGLang's ``/generate``
+    reports it (``meta_info.response_sent_to_client_ts``, epoch seconds, on its first event only) and
+    the client subtracts its own epoch - ``perf_counter_ns`` offset, read once. A server on the same
+    machine reads the same clock, so ``chunk_ns[0] - server_sent_ns`` is the way from the server's send
+    to the client's read; on another machine it also holds the offset between the two clocks. None when
+    the server did not say (the OpenAI APIs never do), and in files written before it existed."""
 
     @property
     def success(self) -> bool:
