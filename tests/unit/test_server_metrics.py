@@ -66,6 +66,13 @@ def test_counters_sum_their_label_sets_gauges_sum_counts_and_average_ratios() ->
     }
 
 
+def test_a_counter_sglang_has_not_written_yet_is_zero_beside_its_generation_counter() -> None:
+    without_cache_hits = "\n".join(line for line in PAGE.splitlines() if "cached_tokens" not in line) + "\n"
+    assert parse_metrics(without_cache_hits)["cached_tokens"] == 0
+    running_only = "# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs 3\n"
+    assert parse_metrics(running_only) == {"running": 3.0}
+
+
 def test_a_page_that_is_not_prometheus_text_is_refused() -> None:
     with pytest.raises(ValueError):
         parse_metrics("<html>not metrics</html>\n")
@@ -101,6 +108,13 @@ def test_fields_are_the_counter_deltas_and_the_gauges_inside_the_window() -> Non
     assert (short["server_metric_samples"], short["server_running_mean"]) == (0, None)
     # No window (an open loop): every sample of the point.
     assert point_fields(scrapes, window=None)["server_metric_samples"] == 4
+
+
+def test_a_counter_absent_at_the_start_had_counted_nothing_yet() -> None:
+    scrapes = PointScrapes(scrape_at(0, running=0), scrape_at(5, generation_tokens=64), [], [])
+    fields = point_fields(scrapes, window=None)
+    assert fields["server_generation_tokens"] == 64
+    assert fields["server_prompt_tokens"] is None  # nor at the end: the server has no such counter
 
 
 def test_a_failed_end_scrape_leaves_the_deltas_unknown_and_says_why() -> None:

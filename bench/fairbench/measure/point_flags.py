@@ -8,8 +8,11 @@ A flag is ``{"flag": NAME, "on": [point keys], "reason": words}``; a point's ``f
   not the output tokens the client received. Checked only when every request succeeded (a failed one's
   tokens are the client's to lose). Exact: both count the same finished requests.
 - ``running_below_concurrency``: in a closed loop, the server's mean of running requests over the steady
-  window is below RUNNING_SHARE_MIN of C. With requests waiting in its queue the server held them back
-  (``max-running-requests``, or its KV cache); with none waiting, the client did not keep C in flight.
+  window is below RUNNING_SHARE_MIN of C. When the requests it held (running plus waiting in its queue)
+  are below that share too, the client did not keep C in flight; else the server held them in its queue
+  (``max-running-requests``, its KV cache, or waiting for a prefill). SGLang counts a request in the
+  middle of its prefill in neither gauge, so a workload of outputs so short that prefills take a tenth
+  of the time runs below the share by that alone: the reason says so.
 - ``prefix_reuse``: the server's cached prompt tokens are a larger share of its prompt tokens than the
   workload allows (``allowed_cache_rate``): prompts were served from another point's prefix cache.
 - ``client_bound``: a client process was runnable (running, or waiting for a core) more than
@@ -75,10 +78,11 @@ def server_flags(point: Mapping[str, Any], *, api: str, closed_loop: bool) -> li
     if closed_loop and running is not None and running < RUNNING_SHARE_MIN * concurrency:
         queued = point.get("server_queue_mean") or 0.0
         why = (
-            f"{queued:.1f} waiting in its queue on average: a server cap held them back "
-            "(max-running-requests, or its KV cache)"
-            if queued > 0
-            else "none waiting in its queue: the client did not keep C requests in flight"
+            f"with {queued:.1f} waiting in its queue it held {running + queued:.1f}: the client did not "
+            "keep C requests in flight, or they were in their prefill (counted in neither)"
+            if running + queued < RUNNING_SHARE_MIN * concurrency
+            else f"{queued:.1f} waited in its queue on average: the server held them back "
+            "(max-running-requests, its KV cache, or waiting for a prefill)"
         )
         flags.append(
             _flag(

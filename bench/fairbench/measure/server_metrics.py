@@ -50,8 +50,9 @@ class Scrape:
 
 
 def parse_metrics(text: str) -> dict[str, float]:
-    """The watched values of a ``/metrics`` page: each counter's ``_total`` summed over its label sets,
-    each gauge summed (request counts) or averaged (ratios) over its label sets; absent ones left out."""
+    """The watched values of a ``/metrics`` page: each counter's ``_total`` summed over its label sets (0
+    where the page has the generation counter but not it yet), each gauge summed (request counts) or
+    averaged (ratios) over its label sets; absent ones left out."""
     values: dict[str, float] = {}
     averaged: dict[str, list[float]] = {}
     for family in text_string_to_metric_families(text):
@@ -65,6 +66,11 @@ def parse_metrics(text: str) -> dict[str, float]:
     for key, samples in averaged.items():
         if samples:
             values[key] = sum(samples) / len(samples)
+    if "generation_tokens" in values:
+        # SGLang writes a labelled counter only once it has counted something (a cached token, say):
+        # beside its generation counter, one not written yet is 0.
+        for key in COUNTERS.values():
+            values.setdefault(key, 0.0)
     return values
 
 
@@ -152,8 +158,9 @@ def _stats(samples: Sequence[Scrape], key: str) -> tuple[float | None, float | N
 def point_fields(scrapes: PointScrapes, window: tuple[int, int] | None) -> dict[str, Any]:
     """A point's server fields.
 
-    - server_{prompt,generation,cached}_tokens = the counter at the end scrape - at the start scrape;
-      None when either scrape failed or the server has no such counter
+    - server_{prompt,generation,cached}_tokens = the counter at the end scrape - at the start scrape (0
+      where the start scrape did not have it yet); None when either scrape failed or the end scrape has
+      no such counter
     - server_{running,queue}_{mean,max}, server_token_usage_{mean,max}: over the samples taken in
       ``window`` (a closed loop's steady window: every stream active; the ramp and the tail would read
       low), or over all of the point's samples without one (an open loop); None without samples
@@ -166,7 +173,9 @@ def point_fields(scrapes: PointScrapes, window: tuple[int, int] | None) -> dict[
     start = before.values if isinstance(before, Scrape) else {}
     end = after.values if isinstance(after, Scrape) else {}
     for key in COUNTERS.values():
-        fields[f"server_{key}"] = round(end[key] - start[key]) if key in start and key in end else None
+        # Absent at the start is not counted yet (a fresh server has written no counter): 0.
+        known = isinstance(before, Scrape) and key in end
+        fields[f"server_{key}"] = round(end[key] - start.get(key, 0.0)) if known else None
     samples = scrapes.samples
     if window is not None:
         samples = [sample for sample in samples if window[0] <= sample.t_ns < window[1]]
