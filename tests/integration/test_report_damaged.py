@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from tests.support.report_files import unmarked
 from tests.support.results_tree import brief_run, fairbench_report
 
 ERROR = "fairbench report: error: "
@@ -30,6 +31,7 @@ def run(brief: Path, tmp_path: Path) -> Path:
 
 
 def level_row(markdown: str, config: str, concurrency: int) -> list[str]:
+    markdown = unmarked(markdown)
     section = markdown[markdown.index(f"### {config}\n", markdown.index("## Every concurrency level")) :]
     row = next(line for line in section.splitlines() if line.startswith(f"| {concurrency} |"))
     return [cell.strip() for cell in row.strip("|").split("|")]

@@ -20,6 +20,7 @@ from statistics import mean, stdev
 
 import pytest
 import yaml
+from tests.support.report_files import unmarked
 from tests.support.results_tree import REPO, Deviation, build_run, campaign_from, fairbench_report
 
 from fairbench.campaign.load import parse_campaign
@@ -73,12 +74,13 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _section(markdown: str, heading: str) -> str:
-    """The text under ``heading`` up to the next heading of the same or a higher level."""
+    """The text under ``heading`` up to the next heading of the same or a higher level, without the marks
+    of the measurement checks (``unmarked``)."""
     level = heading.split(" ", maxsplit=1)[0]
     start = markdown.index(heading + "\n")
     rest = markdown[start + len(heading) + 1 :]
     ends = [rest.find(f"\n{'#' * size} ") for size in range(1, len(level) + 1)]
-    return rest[: min([end for end in ends if end >= 0], default=len(rest))]
+    return unmarked(rest[: min([end for end in ends if end >= 0], default=len(rest))])
 
 
 def _table(section: str) -> dict[str, dict[str, str]]:

@@ -16,18 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.report_files import CAMPAIGN, lines, point
+from tests.support.report_files import markdown, point, section, table, write_run
 
 from fairbench.measure.results import point_id
 from fairbench.measure.stats import holm, welch_p_value
 from fairbench.report import plots
-from fairbench.report.build import headlines, report_blocks, write_report
+from fairbench.report.build import headlines, write_report
 from fairbench.report.load import Run, load_run
-from fairbench.report.markdown import render_markdown
 from fairbench.report.plots import Line
 from fairbench.report.verdict import LOWEST, PEAK, UNDER_SLO, Verdict, verdict
 
-SETTINGS_FILES = {"server_info.json": "{}", "host.json": "{}", "unit.service": ""}
 Levels = Mapping[int, Sequence[float]]
 """Concurrency -> each repeat's output throughput."""
 
@@ -52,58 +50,8 @@ def level_points(levels: Levels, **extra: Mapping[int, Mapping[str, Any]]) -> li
     return found
 
 
-def write_run(
-    root: Path,
-    configs: Mapping[str, Sequence[dict[str, Any]]],
-    *,
-    workload: Mapping[str, Any] | None = None,
-    slo: Mapping[str, float] | None = None,
-    failed: Sequence[str] = (),
-    gpus: Mapping[str, int] | None = None,
-    hosts: Sequence[str] = ("lab1",),
-    run_id: str = "run1",
-    placement: str = "spread",
-) -> Path:
-    """A run of the demo campaign's ``configs`` (name -> its points), each on every host of ``hosts``
-    (every-host) or on the first (spread); ``failed`` configs' status says failed at the sweep."""
-    run = root / "demo" / run_id
-    run.mkdir(parents=True)
-    campaign = {
-        **CAMPAIGN,
-        "placement": placement,
-        "configs": {name: CAMPAIGN["configs"][name] for name in configs},
-        "workload": {**CAMPAIGN["workload"], "concurrency": [1, 4, 16], **(workload or {})},
-        "slo": dict(slo or {}),
-    }
-    (run / "campaign.json").write_text(json.dumps(campaign))
-    for host in hosts if placement != "spread" else hosts[:1]:
-        for name, found in configs.items():
-            directory = run / host / name
-            directory.mkdir(parents=True)
-            status = {"status": "failed", "stage": "sweep", "reason": "crashed"} if name in failed else {}
-            (directory / "status.json").write_text(json.dumps({"status": "ok", **status}))
-            (directory / "sweep.json").write_text(json.dumps({"gpus": (gpus or {}).get(name, 8)}))
-            for file, content in SETTINGS_FILES.items():
-                (directory / file).write_text(content)
-            (directory / "points.jsonl").write_bytes(lines(*found))
-    return run
-
-
-def markdown(*runs: Run) -> str:
-    _, blocks = report_blocks(list(runs), headlines(list(runs)), [])
-    return render_markdown(blocks)
-
-
 def verdict_of(run: Run) -> Verdict:
     return verdict(run, headlines([run])[0])
-
-
-def section(report: str, heading: str) -> str:
-    """The text under ``heading`` up to the next heading of the same or a higher level."""
-    level = heading.split(" ", maxsplit=1)[0]
-    rest = report[report.index(heading + "\n") + len(heading) + 1 :]
-    ends = [rest.find(f"\n{'#' * size} ") for size in range(1, len(level) + 1)]
-    return rest[: min([end for end in ends if end >= 0], default=len(rest))]
 
 
 def bullet(report: str, regime: str) -> str:
@@ -117,15 +65,6 @@ def bullet(report: str, regime: str) -> str:
 
 def order(text: str) -> str:
     return text.split("Order: ", 1)[1].split(".", 1)[0]
-
-
-def table(text: str) -> dict[str, dict[str, str]]:
-    """The first Markdown table of ``text``: its rows by their first cell, each as {header: cell}."""
-    found = [line for line in text[text.index("\n|") + 1 :].splitlines()]
-    found = found[: next((i for i, line in enumerate(found) if not line.startswith("|")), len(found))]
-    header = [cell.strip() for cell in found[0].strip("|").split("|")]
-    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in found[2:]]
-    return {row[0]: dict(zip(header, row, strict=True)) for row in rows}
 
 
 # --- Holm's decision ---------------------------------------------------------------------------------------

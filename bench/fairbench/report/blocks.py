@@ -32,6 +32,13 @@ class BulletList:
 
 
 @dataclass(frozen=True)
+class Notes:
+    """A list whose items are link targets: each ``(anchor, text)``, what ``[mark](#anchor)`` links to."""
+
+    items: list[tuple[str, str]]
+
+
+@dataclass(frozen=True)
 class Table:
     header: list[str]
     rows: list[list[str]]
@@ -51,4 +58,4 @@ class Preformatted:
     text: str
 
 
-Block = Heading | Paragraph | Alert | BulletList | Table | Figure | Preformatted
+Block = Heading | Paragraph | Alert | BulletList | Notes | Table | Figure | Preformatted

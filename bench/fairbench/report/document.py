@@ -18,6 +18,7 @@ from typing import Any
 from fairbench.campaign.model import SPREAD
 from fairbench.measure.repeats import AutoRepeats, repeats_from_json
 from fairbench.report.blocks import Alert, Block, BulletList, Figure, Heading, Paragraph, Preformatted, Table
+from fairbench.report.checks import checks_blocks
 from fairbench.report.differences import (
     IGNORED_FIELDS,
     PairDifferences,
@@ -31,11 +32,13 @@ from fairbench.report.figures import (
     ENERGY_COLUMNS,
     LEVEL_COLUMNS,
     OPEN_LOOP_COLUMNS,
+    PER_GPU,
     SLO_ATTAINMENT,
     SLO_COLUMNS,
     THROUGHPUT,
     TOKENS_PER_JOULE,
 )
+from fairbench.report.flags import MARK, FlagMarks
 from fairbench.report.fleet_blocks import (
     accepted_alert,
     accepted_rows,
@@ -49,6 +52,7 @@ from fairbench.report.fleet_blocks import (
 from fairbench.report.fleet_file import Fleet
 from fairbench.report.formatting import Label, change, corrected_change, figure, labeller, setting_values
 from fairbench.report.load import ConfigResult, ConfigRun, Job, Run
+from fairbench.report.plots import pareto_flagged
 from fairbench.report.summary import (
     BEHIND,
     CLOSED_LOOP,
@@ -75,6 +79,11 @@ MISSING_FIGURE = (
     "`-`: not measured: the points lack the figure, or it is a latency (or the per-user speed) of a level "
     "where no request completed."
 )
+FLAGGED_FIGURE = (
+    f"`{MARK}N` beside a figure: a measurement check flagged a point of that level, casting doubt on the "
+    "figure; the note it links to (Measurement checks) says why."
+)
+CHECKS_TITLE = "Measurement checks"
 
 
 # --- the first screen ------------------------------------------------------------------------------------
@@ -314,10 +323,6 @@ def _campaign_line(run: Run) -> Paragraph:
 # --- tables ----------------------------------------------------------------------------------------------
 
 
-def _at(line: Headline, level: Level | None, key: str, digits: int = 1) -> str:
-    return figure(level.estimate(key) if level else None, digits)
-
-
 def _loop(headlines: Sequence[Headline]) -> Loop:
     """Whether the configs' levels are concurrencies or request rates (``summary.loop_of``)."""
     return loop_of(level for line in headlines for level in line.levels)
@@ -338,10 +343,17 @@ def _lowest_prefix(level: Level | None) -> str:
 
 
 def headline_table(
-    headlines: Sequence[Headline], label: Label, *, hosts: bool = False, slo: bool = False
+    headlines: Sequence[Headline],
+    label: Label,
+    *,
+    hosts: bool = False,
+    slo: bool = False,
+    marks: FlagMarks | None = None,
 ) -> Table:
     """One row per config; ``hosts``: with the hosts each ran on (spread), and what that does to its
-    intervals; ``slo``: with its highest load under the campaign's SLO."""
+    intervals; ``slo``: with its highest load under the campaign's SLO. ``marks``: the report's (by
+    default numbered over ``headlines`` alone)."""
+    marks = FlagMarks(headlines) if marks is None else marks
     loop = _loop(headlines)
     lowest = f"lowest {loop.symbol}"
     header = [
@@ -367,24 +379,24 @@ def headline_table(
     for line in headlines:
         first, peak = line.first, line.peak
         per_gpu = line.per_gpu(peak) if peak else []
-        energy_cells = [_at(line, peak, TOKENS_PER_JOULE, 2)] if energy else []
+        energy_cells = [marks.figure(line, peak, TOKENS_PER_JOULE, 2)] if energy else []
         note = repeats_note(line.result)
         rows.append(
             [
                 label(line.result),
                 *([hosts_cell(line.result) + (f" ({note})" if note else "")] if hosts else []),
                 line.result.state,
-                _lowest_prefix(first) + _at(line, first, THROUGHPUT),
-                _at(line, peak, THROUGHPUT),
-                loop.cell(peak) if peak else "-",
-                figure(estimate_of(per_gpu)),
-                f"{_at(line, first, 'median_ttft_ms')} / {_at(line, first, 'p99_ttft_ms')}",
-                _at(line, first, "median_tpot_ms", 2),
-                f"{_at(line, peak, 'median_ttft_ms')} / {_at(line, peak, 'p99_ttft_ms')}",
-                _at(line, peak, "median_tpot_ms", 2),
+                _lowest_prefix(first) + marks.figure(line, first, THROUGHPUT),
+                marks.figure(line, peak, THROUGHPUT),
+                loop.cell(peak) + marks.mark(line, peak, peak.load_key) if peak else "-",
+                figure(estimate_of(per_gpu)) + (marks.mark(line, peak, PER_GPU) if per_gpu else ""),
+                f"{marks.figure(line, first, 'median_ttft_ms')} / {marks.figure(line, first, 'p99_ttft_ms')}",
+                marks.figure(line, first, "median_tpot_ms", 2),
+                f"{marks.figure(line, peak, 'median_ttft_ms')} / {marks.figure(line, peak, 'p99_ttft_ms')}",
+                marks.figure(line, peak, "median_tpot_ms", 2),
                 str(line.errors),
                 *energy_cells,
-                *([_reach_text(line)] if slo else []),
+                *([_reach_text(line, marks)] if slo else []),
             ]
         )
     labels = 3 if hosts else 2
@@ -395,7 +407,7 @@ def _has_energy(points: Sequence[dict[str, Any]]) -> bool:
     return any(TOKENS_PER_JOULE in point for point in points)
 
 
-def _reach_text(line: Headline) -> str:
+def _reach_text(line: Headline, marks: FlagMarks) -> str:
     """The highest load under the SLO (``summary.slo_reach``) and the output throughput there, per GPU
     where known: ``C=32: 4,853.3 ± 1.9 tok/s (606.7 ± 0.2 per GPU)``, ``at least C=64: ...`` (``8 req/s``)
     or ``no level``; ``-`` where the points were not judged against it."""
@@ -404,9 +416,11 @@ def _reach_text(line: Headline) -> str:
         return "-"
     if reach.level is None:
         return reach.text()
-    per_gpu = estimate_of(line.per_gpu(reach.level))
-    return f"{reach.text()}: {figure(reach.level.estimate(THROUGHPUT))} tok/s" + (
-        f" ({figure(per_gpu)} per GPU)" if per_gpu else ""
+    level = reach.level
+    per_gpu = estimate_of(line.per_gpu(level))
+    throughput = marks.figure(line, level, THROUGHPUT)
+    return f"{reach.text()}: {throughput} tok/s" + (
+        f" ({figure(per_gpu)}{marks.mark(line, level, PER_GPU)} per GPU)" if per_gpu else ""
     )
 
 
@@ -450,10 +464,11 @@ def _open_loop_cells(level: Level) -> list[str]:
     return [achieved, *(figure(level.estimate(key), digits) for _, key, digits in delays)]
 
 
-def level_table(line: Headline) -> Table:
+def level_table(line: Headline, marks: FlagMarks | None = None) -> Table:
     """Every level of a config; an open loop's with the rate its requests achieved and how late they went
     out; with why its repeats stopped (automatic repeats) and its figures against the SLO, where its points
-    have them."""
+    have them. ``marks``: the report's (by default numbered over this config alone)."""
+    marks = FlagMarks([line]) if marks is None else marks
     loop = loop_of(line.levels)
     columns = LEVEL_COLUMNS + ENERGY_COLUMNS if _has_energy(line.result.points) else LEVEL_COLUMNS
     sending = OPEN_LOOP_COLUMNS if any(level.open_loop for level in line.levels) else ()
@@ -471,10 +486,12 @@ def level_table(line: Headline) -> Table:
         reason = level.repeats_stopped
         rows.append(
             [
-                loop.cell(level) + ("" if level.listed else f" {SEARCHED}"),
+                loop.cell(level)
+                + ("" if level.listed else f" {SEARCHED}")
+                + marks.mark(line, level, level.load_key),
                 *(_open_loop_cells(level) if sending else []),
                 str(len(level.points)) + (f": {reason}" if reason else ""),
-                *(figure(level.estimate(key), digits) for _, key, digits in columns),
+                *(marks.figure(line, level, key, digits) for _, key, digits in columns),
                 *(_slo_cells(level) if slo else []),
             ]
         )
@@ -486,15 +503,19 @@ def level_table(line: Headline) -> Table:
     return Table(header, rows, numeric)
 
 
-def _comparison_list(headlines: Sequence[Headline], label: Label, *, same_host: bool) -> BulletList:
-    """Every pair of configs (``same_host``: of configs on one host), output throughput A against B."""
+def _comparison_list(
+    headlines: Sequence[Headline], label: Label, marks: FlagMarks, *, same_host: bool
+) -> BulletList:
+    """Every pair of configs (``same_host``: of configs on one host), output throughput A against B, with
+    the marks of the flags that doubt either side's."""
     by_pair: dict[tuple[int, int], list[str]] = {}
     for pair in pairwise(headlines, (lambda line: line.result.host) if same_host else None):
         level_a, level_b = pair.a.level(pair.figure), pair.b.level(pair.figure)
         where = level_a.label if pair.figure == "first" else "peak"
         if pair.figure == "peak":
             where += f" ({level_a.label} vs {level_b.label})"
-        text = f"{where}: {change(pair.comparison)}"
+        doubted = marks.mark(pair.a, level_a, THROUGHPUT) + marks.mark(pair.b, level_b, THROUGHPUT)
+        text = f"{where}: {change(pair.comparison)}{doubted}"
         by_pair.setdefault(
             (id(pair.a), id(pair.b)), [f"**{label(pair.a.result)}** vs **{label(pair.b.result)}**"]
         )
@@ -624,21 +645,21 @@ def failure_blocks(configs: Sequence[ConfigRun], label: Label) -> list[Block]:
 # --- the reports -----------------------------------------------------------------------------------------
 
 
-def _level_blocks(headlines: Sequence[Headline], label: Label, fleet: Fleet | None) -> list[Block]:
+def _level_blocks(
+    headlines: Sequence[Headline], label: Label, fleet: Fleet | None, marks: FlagMarks
+) -> list[Block]:
     """Every level of each config, with where its repeats ran and, where the run's queue judged them
     (automatic repeats under spread), why it added no more."""
     behind = any(level.behind for line in headlines for level in line.levels)
-    blocks: list[Block] = [
-        Heading(2, f"Every {_loop(headlines).noun} level"),
-        Paragraph(" ".join([MISSING_FIGURE, *([BEHIND_NOTE] if behind else [])])),
-    ]
+    notes = [MISSING_FIGURE, *([BEHIND_NOTE] if behind else []), *([FLAGGED_FIGURE] if marks.notes else [])]
+    blocks: list[Block] = [Heading(2, f"Every {_loop(headlines).noun} level"), Paragraph(" ".join(notes))]
     for line in headlines:
         note = repeats_note(line.result)
         judged = judged_note(fleet, line.result.name)
         blocks += [
             Heading(3, label(line.result)),
             *([Paragraph(f"{hosts_cell(line.result)}: {note}.")] if note else []),
-            level_table(line) if line.levels else Paragraph("No points."),
+            level_table(line, marks) if line.levels else Paragraph("No points."),
             *([Paragraph(judged)] if judged else []),
         ]
     return blocks
@@ -651,9 +672,10 @@ COMPARISONS_NOTE = (
 PARETO = "pareto.png"
 
 
-def _plot_figures(plots: Sequence[Path], loop: Loop, *, pareto: bool) -> list[Block]:
-    """The Pareto plot (``pareto``), or every other plot, their x axes ``loop``'s levels."""
-    captions = _plot_captions(loop)
+def _plot_figures(plots: Sequence[Path], loop: Loop, *, pareto: bool, flagged: bool) -> list[Block]:
+    """The Pareto plot (``pareto``), or every other plot, their x axes ``loop``'s levels; ``flagged``:
+    whether a level is flagged (the Pareto plot's caption then says what its mark means)."""
+    captions = _plot_captions(loop, flagged=flagged)
     return [
         Figure(path, captions.get(path.name, path.stem)) for path in plots if (path.name == PARETO) == pareto
     ]
@@ -667,22 +689,24 @@ def run_blocks(
     hardware = not spread and len({config.host for config in run.configs}) > 1
     blocks: list[Block] = [Heading(1, f"{run.name}: run {run.run_id}"), _campaign_line(run)]
     found = verdict(run, headlines)
+    marks = FlagMarks(headlines)
     # Per host, the host is said once for all its configs.
     name: Label = (lambda result: result.name) if found.hosts else label
-    blocks += verdict_blocks(found, name, unfair=_unfair_pointer(pairs, [run]))
+    blocks += verdict_blocks(found, name, marks, unfair=_unfair_pointer(pairs, [run]))
     blocks += _first_screen(run, pairs, label, headlines)
     loop = _loop(headlines)
-    blocks += _plot_figures(plots, loop, pareto=True)
-    headline = headline_table(headlines, label, hosts=spread, slo=bool(found.slo))
-    blocks += [Heading(2, "Headline"), headline]
+    flagged = any(pareto_flagged(level) for line in headlines for level in line.levels)
+    blocks += _plot_figures(plots, loop, pareto=True, flagged=flagged)
+    headline = headline_table(headlines, label, hosts=spread, slo=bool(found.slo), marks=marks)
+    blocks += [Heading(2, "Headline"), headline, *([Paragraph(FLAGGED_FIGURE)] if marks.notes else [])]
     blocks += [
         Heading(3, "Comparisons"),
         Paragraph(COMPARISONS_NOTE),
-        _comparison_list(headlines, label, same_host=not spread),
+        _comparison_list(headlines, label, marks, same_host=not spread),
     ]
     if hardware:
-        blocks += hardware_blocks(headlines, label)
-    blocks += [Heading(2, "Plots"), *_plot_figures(plots, loop, pareto=False)]
+        blocks += hardware_blocks(headlines, label, marks)
+    blocks += [Heading(2, "Plots"), *_plot_figures(plots, loop, pareto=False, flagged=flagged)]
     between = (
         "between the configs of each host, and between the hosts of each config"
         if hardware
@@ -694,7 +718,8 @@ def run_blocks(
     blocks += [Heading(2, "What differed"), _differences_intro(between, notes)]
     blocks += difference_blocks(pairs, label, 3)
     blocks += [Heading(3, "Not compared, and why"), ignored_fields_table()]
-    blocks += _level_blocks(headlines, label, run.fleet)
+    blocks += _level_blocks(headlines, label, run.fleet, marks)
+    blocks += checks_blocks(headlines, label, marks, CHECKS_TITLE)
     blocks += overhead_blocks(run)
     failures = failure_blocks(run.configs, label)
     if failures:
@@ -702,19 +727,30 @@ def run_blocks(
     return blocks
 
 
-def _plot_captions(loop: Loop) -> dict[str, str]:
+PARETO_FLAGGED = (
+    f"; `{MARK}` after a level: a measurement check doubts its throughput or its per-user speed (Measurement "
+    "checks)"
+)
+
+
+def _plot_captions(loop: Loop, *, flagged: bool) -> dict[str, str]:
     return {
         "throughput.png": f"Aggregate output throughput against {loop.noun}",
         PARETO: (
             "Per-user decode speed against output throughput per GPU (aggregate where a config's GPUs are "
             "unknown), each point one level, with the Pareto frontier; with an SLO, hollow points missed it"
+            + (PARETO_FLAGGED if flagged else "")
         ),
         "latency.png": f"TTFT p50, TTFT p99 and TPOT p50 against {loop.noun}",
     }
 
 
 def _side_by_side(
-    run_a: Run, run_b: Run, headlines: tuple[Sequence[Headline], Sequence[Headline]], label: Label
+    run_a: Run,
+    run_b: Run,
+    headlines: tuple[Sequence[Headline], Sequence[Headline]],
+    label: Label,
+    marks: FlagMarks,
 ) -> list[Block]:
     """Each config in run A and in run B, at its lowest level and at its peak, whether B differs from A
     (Holm over every change tested), and its highest load under the SLO where both runs have one."""
@@ -738,12 +774,12 @@ def _side_by_side(
                 continue
             level_a, level_b = line_a.level(figure_name), line_b.level(figure_name)
             row += [
-                f"{figure(level_a.estimate(THROUGHPUT))} ({level_a.label})",
-                f"{figure(level_b.estimate(THROUGHPUT))} ({level_b.label})",
+                f"{marks.figure(line_a, level_a, THROUGHPUT)} ({level_a.label})",
+                f"{marks.figure(line_b, level_b, THROUGHPUT)} ({level_b.label})",
                 corrected_change(found.comparison, found.significant),
             ]
         if slo:
-            row += [_reach_text(line_a), _reach_text(line_b)]
+            row += [_reach_text(line_a, marks), _reach_text(line_b, marks)]
         rows.append(row)
     loop = _loop([*headlines[0], *headlines[1]])
     header = ["config", "status A / B"]
@@ -771,6 +807,7 @@ def _side_by_side(
         Heading(2, "Side by side"),
         Paragraph(note),
         Table(header, rows, [False, False, *[True] * (len(header) - 2)]),
+        *([Paragraph(FLAGGED_FIGURE)] if marks.notes else []),
     ]
 
 
@@ -817,12 +854,14 @@ def comparison_blocks(
         for run, setting, lines in zip((run_a, run_b), settings, headlines, strict=True):
             alert = _confidence_alert(setting, lines)
             blocks.append(Alert(alert.kind, f"Run {run.run_id}: {alert.title}", alert.items))
-    blocks += _side_by_side(run_a, run_b, headlines, label)
+    marks = FlagMarks([*headlines[0], *headlines[1]])
+    blocks += _side_by_side(run_a, run_b, headlines, label, marks)
     loop = _loop([*headlines[0], *headlines[1]])
+    flagged = any(pareto_flagged(level) for lines in headlines for line in lines for level in line.levels)
     blocks += [
         Heading(2, "Plots"),
-        *_plot_figures(plots, loop, pareto=True),
-        *_plot_figures(plots, loop, pareto=False),
+        *_plot_figures(plots, loop, pareto=True, flagged=flagged),
+        *_plot_figures(plots, loop, pareto=False, flagged=flagged),
     ]
     blocks += [
         Heading(2, "What differed between the runs"),
@@ -835,8 +874,9 @@ def comparison_blocks(
         slo = bool(campaign_slo(run.campaign)[0])
         blocks += [
             Heading(2, f"Headline of run {run.run_id}"),
-            headline_table(lines, label, hosts=spread, slo=slo),
+            headline_table(lines, label, hosts=spread, slo=slo, marks=marks),
         ]
+        blocks += checks_blocks(lines, label, marks, f"{CHECKS_TITLE} of run {run.run_id}", 3)
         failures = failure_blocks(run.configs, label)
         if failures:
             blocks += [Heading(3, f"Failed configs of run {run.run_id}"), *failures]

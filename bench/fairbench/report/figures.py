@@ -63,6 +63,49 @@ OF_COMPLETED = frozenset({key for key in FIGURES if key.endswith("_ms")} - set(S
 writes 0 for them when none completed, and that 0 measured nothing."""
 
 
+DERIVED_FROM: dict[str, tuple[str, ...]] = {
+    PER_GPU: (THROUGHPUT,),
+    PER_USER: ("median_tpot_ms",),
+    TOKENS_PER_JOULE: ("total_output_tokens",),
+}
+"""Figures computed from other keys of the point (``measure.metrics``): a flag cast on those casts its doubt
+on them too (report/flags.py)."""
+
+# The measurement cross-checks of a point (measure/server_metrics.py, measure/event_loop.py,
+# measure/metrics.py): absent from points measured before them, and from a point whose server's
+# /metrics was not scraped.
+FLAGS = "flags"
+"""The checks a point failed: each ``{"flag", "on", "reason"}`` (measure/point_flags.py)."""
+OUTPUT_TOKENS = "total_output_tokens"
+SERVER_SAMPLES = "server_metric_samples"
+"""Present on every point whose server's /metrics was scraped (server_metrics.point_fields)."""
+SERVER_PROMPT_TOKENS = "server_prompt_tokens"
+SERVER_GENERATION_TOKENS = "server_generation_tokens"
+SERVER_CACHED_TOKENS = "server_cached_tokens"
+SERVER_TOKENS = (SERVER_PROMPT_TOKENS, SERVER_GENERATION_TOKENS, SERVER_CACHED_TOKENS)
+"""Counter deltas over the point; null where a scrape at either end failed."""
+SERVER_GAUGES = (
+    "server_running_mean",
+    "server_running_max",
+    "server_queue_mean",
+    "server_queue_max",
+    "server_token_usage_mean",
+    "server_token_usage_max",
+    "server_spec_accept_length",
+)
+SERVER_FAILURES = "server_metric_failures"
+SERVER_ERROR = "server_metric_error"
+CLIENT_PROCESSES = "client_processes"
+CLIENT_USE = "client_process_use"
+"""Per client process: its CPU and wait shares, requests and loop lag (event_loop.ProcessUse.to_json)."""
+LOOP_LAGS = ("event_loop_lag_mean_ms", "event_loop_lag_p99_ms", "event_loop_lag_max_ms")
+"""The worst client process's loop lag (older points: the one process's)."""
+SEND_GAPS = ("server_send_gap_median_ms", "server_send_gap_p99_ms", "server_send_gap_max_ms")
+"""The client's read of a stream's first chunk after the server's own send time; /generate only."""
+CHECK_NUMBERS = (OUTPUT_TOKENS, *SERVER_TOKENS, *SERVER_GAUGES, "client_cpu_s", *LOOP_LAGS, *SEND_GAPS)
+"""The checks' keys that are a number, or null where not measured."""
+
+
 def non_finite_text(value: float) -> str:
     """How the report writes a figure that is not a finite number: ``NaN``, ``inf`` or ``-inf``."""
     return "NaN" if math.isnan(value) else ("inf" if value > 0 else "-inf")

@@ -13,8 +13,9 @@ from fairbench.fleet.timeline import JobOverhead, Timeline, host_overheads, summ
 from fairbench.report.blocks import Alert, Block, Heading, Paragraph, Table
 from fairbench.report.differences import AcceptedDifference, PairDifferences, accepted_threats
 from fairbench.report.figures import THROUGHPUT
+from fairbench.report.flags import FlagMarks
 from fairbench.report.fleet_file import Fleet, HostDifference
-from fairbench.report.formatting import Label, change, figure, seconds, setting_values
+from fairbench.report.formatting import Label, change, seconds, setting_values
 from fairbench.report.load import ConfigRun, Job, Run
 from fairbench.report.summary import Headline, HostComparison, Level, host_comparisons, loop_of
 
@@ -145,8 +146,9 @@ def fleet_alerts(run: Run) -> list[Alert]:
 # --- the hardware comparison -------------------------------------------------------------------------------
 
 
-def hardware_blocks(headlines: Sequence[Headline], label: Label) -> list[Block]:
-    """Every-host: each config on each pair of its hosts, output throughput at every level both measured."""
+def hardware_blocks(headlines: Sequence[Headline], label: Label, marks: FlagMarks) -> list[Block]:
+    """Every-host: each config on each pair of its hosts, output throughput at every level both measured,
+    with the marks of the flags that doubt it."""
     comparisons = host_comparisons(headlines)
     blocks: list[Block] = [
         Heading(2, "Hardware"),
@@ -178,7 +180,10 @@ def hardware_blocks(headlines: Sequence[Headline], label: Label) -> list[Block]:
             rows.append(
                 [
                     loop.cell(compared[key]),
-                    *(figure(level.estimate(THROUGHPUT) if level else None) for level in levels),
+                    *(
+                        marks.figure(line, level, THROUGHPUT)
+                        for line, level in zip(lines, levels, strict=True)
+                    ),
                     *(
                         change(found[(id(a), id(b), key)]) if (id(a), id(b), key) in found else "-"
                         for a, b in pairs

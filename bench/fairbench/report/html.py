@@ -1,6 +1,7 @@
 """Blocks as one self-contained HTML page: the style inline, every plot embedded as a base64 PNG.
 
-Inline text may hold Markdown's ``code`` and **bold** spans, the only markup the report writes.
+Inline text may hold Markdown's ``code`` and **bold** spans and links within the page (``[text](#anchor)``),
+the only markup the report writes.
 """
 
 from __future__ import annotations
@@ -11,7 +12,17 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from fairbench.report.blocks import Alert, Block, BulletList, Figure, Heading, Paragraph, Preformatted, Table
+from fairbench.report.blocks import (
+    Alert,
+    Block,
+    BulletList,
+    Figure,
+    Heading,
+    Notes,
+    Paragraph,
+    Preformatted,
+    Table,
+)
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 80rem; padding: 0 1rem;
@@ -33,11 +44,13 @@ figure img { max-width: 100%; height: auto; border: 1px solid #ddd; }
 
 _CODE = re.compile(r"`([^`]+)`")
 _BOLD = re.compile(r"\*\*(.+?)\*\*")
+_LINK = re.compile(r"\[([^\]]+)\]\(#([A-Za-z0-9_-]+)\)")
 
 
 def inline(text: str) -> str:
     escaped = html.escape(text, quote=False)
-    return _BOLD.sub(r"<strong>\1</strong>", _CODE.sub(r"<code>\1</code>", escaped))
+    spans = _BOLD.sub(r"<strong>\1</strong>", _CODE.sub(r"<code>\1</code>", escaped))
+    return _LINK.sub(r'<a href="#\2">\1</a>', spans)
 
 
 def _image(path: Path) -> str:
@@ -55,6 +68,10 @@ def _block(block: Block, base_dir: Path) -> str:
             return f'<div class="alert {kind}"><p>{inline(title)}</p><ul>{entries}</ul></div>'
         case BulletList(items):
             return "<ul>" + "".join(f"<li>{inline(item)}</li>" for item in items) + "</ul>"
+        case Notes(items):
+            return (
+                "<ul>" + "".join(f'<li id="{anchor}">{inline(text)}</li>' for anchor, text in items) + "</ul>"
+            )
         case Table(header, rows, numeric):
             head = "".join(f"<th>{inline(text)}</th>" for text in header)
             body = "".join(

@@ -49,13 +49,27 @@ from fairbench.measure.status import (
 )
 from fairbench.nccl.runner import DECODE, PREFILL
 from fairbench.nccl.runner import RESULT_FILE as NCCL_FILE
-from fairbench.report.figures import ACHIEVED_RATE, FIGURES, THROUGHPUT, non_finite_text
+from fairbench.report.figures import (
+    ACHIEVED_RATE,
+    CHECK_NUMBERS,
+    CLIENT_PROCESSES,
+    CLIENT_USE,
+    FIGURES,
+    FLAGS,
+    SERVER_ERROR,
+    SERVER_FAILURES,
+    SERVER_SAMPLES,
+    THROUGHPUT,
+    non_finite_text,
+)
 from fairbench.report.fleet_file import Fleet, load_fleet
 from fairbench.report.rules import (
     FileReader,
     Rule,
     checked_element,
+    drop_broken,
     element,
+    fields_of,
     is_byte_count,
     is_finite,
     is_host_list,
@@ -345,6 +359,17 @@ POINT_RULES: tuple[Rule, ...] = (
     Rule(f"{SUPERSEDES}.line", "a whole number of at least 1", whole(1), True),
 )
 """Every point the sweep writes has the required keys; without them a point cannot be placed or counted."""
+FLAG_FIELDS = {"flag": is_text, "on": list_of(is_text), "reason": is_text}
+"""A flag of a point (measure/point_flags.py)."""
+CHECK_RULES: tuple[Rule, ...] = (
+    Rule(FLAGS, "a list of {flag, on, reason}", list_of(fields_of(FLAG_FIELDS)), False),
+    *(Rule(key, "null or a finite number", or_null(is_finite), False) for key in CHECK_NUMBERS),
+    *(Rule(key, "a whole number", whole(0), False) for key in (SERVER_SAMPLES, SERVER_FAILURES)),
+    Rule(SERVER_ERROR, "null or a string", or_null(is_text), False),
+    Rule(CLIENT_PROCESSES, "a whole number of at least 1", whole(1), False),
+    Rule(CLIENT_USE, "a list of objects of finite numbers", list_of(object_of(or_null(is_finite))), False),
+)
+"""A point's measurement checks: one that breaks its rule counts as not measured, and is named."""
 STATUS_RULES: tuple[Rule, ...] = (
     Rule("status", "a string", is_text, True),
     Rule("jobs", "a list", is_list, False),
@@ -450,7 +475,8 @@ class _Files(FileReader):
 
     def points(self, placed: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
         """Every usable point, its latest line only (measure.results.SUPERSEDES), in the order the points
-        were first measured. A point_id seen before that does not supersede it (two writers) counts once.
+        were first measured. A point_id seen before that does not supersede it (two writers) counts once; a
+        measurement check breaking its rule (``CHECK_RULES``) is left out of its point, and named.
         ``placed``: the identity keys (measure.results.RunIdentity) the tree gives these points, checked
         against those their lines name (``_named_elsewhere``).
         """
@@ -464,8 +490,12 @@ class _Files(FileReader):
                 )
                 continue
             kept[pid] = (number, point)
-        for number, point in kept.values():
+        for pid, (number, point) in kept.items():
             self.problems += _non_finite(path, number, point)
+            kept[pid] = (
+                number,
+                drop_broken(point, CHECK_RULES, f"{path}:{number}: point {pid}: ", self.problems),
+            )
         self.problems += _named_elsewhere(path, list(kept.values()), placed or {})
         return [point for _, point in kept.values()]
 

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fairbench.report.blocks import Alert, Block, BulletList, Figure, Heading, Paragraph, Preformatted, Table
+from fairbench.report.blocks import (
+    Alert,
+    Block,
+    BulletList,
+    Figure,
+    Heading,
+    Notes,
+    Paragraph,
+    Preformatted,
+    Table,
+)
 
 ALERT_MARKERS = {"threat": "CAUTION", "warning": "WARNING", "note": "NOTE"}
 """GitHub's alert names, which it draws as coloured boxes (a plain quote elsewhere)."""
@@ -24,6 +34,8 @@ def _block(block: Block) -> list[str]:
             return [f"> [!{ALERT_MARKERS[kind]}]", f"> **{title}**", *(f"> - {item}" for item in items)]
         case BulletList(items):
             return [f"- {item}" for item in items]
+        case Notes(items):
+            return [f'- <a id="{anchor}"></a>{text}' for anchor, text in items]
         case Table(header, rows, numeric):
             return [
                 "| " + " | ".join(map(_cell, header)) + " |",

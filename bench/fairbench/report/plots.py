@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, TypeGuard
 from fairbench.measure.slo import SloTarget
 from fairbench.measure.stats import Estimate
 from fairbench.report.figures import PER_USER, THROUGHPUT
+from fairbench.report.flags import MARK, raised
 from fairbench.report.summary import Level, Loop, estimate_of, loop_of, pareto_frontier, per_gpu
 
 if TYPE_CHECKING:
@@ -140,9 +141,21 @@ def _slo_lines(axes: Axes, targets: Sequence[SloTarget]) -> None:
         )
 
 
+def pareto_flagged(level: Level) -> bool:
+    """Whether a flag of a measurement check doubts a figure the Pareto plot draws the level at: its
+    throughput, or its per-user speed."""
+    return bool(raised(level, THROUGHPUT) or raised(level, PER_USER))
+
+
+def _pareto_label(level: Level) -> str:
+    """``C=64``, or ``C=64 ⚑`` where ``pareto_flagged``."""
+    return f"{level.label} {MARK}" if pareto_flagged(level) else level.label
+
+
 def pareto_plot(lines: Sequence[Line], path: Path, slo: Sequence[SloTarget] = ()) -> Path:
     """Per-user speed (y) against output throughput per GPU (x; aggregate unless every line has it), one
-    point per level; with an SLO, a level that met it on every repeat filled, one that did not hollow."""
+    point per level, labelled (``_pareto_label``); with an SLO, a level that met it on every repeat
+    filled, one that did not hollow."""
     figure, (axes,) = _figure(8, 5.5)
     by_gpu = _per_gpu_axis(lines)
     every_point = []
@@ -179,7 +192,7 @@ def pareto_plot(lines: Sequence[Line], path: Path, slo: Sequence[SloTarget] = ()
         judged = judged or any(level.slo_met is not None for level, _, _ in drawn)
         for level, x, y in drawn:
             axes.annotate(
-                level.label,
+                _pareto_label(level),
                 (x, y),
                 textcoords="offset points",
                 xytext=(4, 4),

@@ -61,6 +61,13 @@ def object_of(check: Callable[[object], bool]) -> Callable[[object], bool]:
     return lambda value: isinstance(value, dict) and all(map(check, value.values()))
 
 
+def fields_of(checks: Mapping[str, Callable[[object], bool]]) -> Callable[[object], bool]:
+    """An object holding every key of ``checks``, each passing its check (other keys are not looked at)."""
+    return lambda value: (
+        isinstance(value, dict) and all(key in value and check(value[key]) for key, check in checks.items())
+    )
+
+
 def whole(least: int) -> Callable[[object], bool]:
     return lambda value: is_whole(value, least)
 

@@ -116,6 +116,12 @@ class Level:
         return self.loop.label(self.load)
 
     @property
+    def load_key(self) -> str:
+        """The key of its points that names its level: ``max_concurrency``, or an open loop's
+        ``request_rate``."""
+        return "request_rate" if self.open_loop else "max_concurrency"
+
+    @property
     def key(self) -> tuple[bool, float]:
         """What tells two levels apart: C=16 is not 16 req/s."""
         return self.open_loop, self.load

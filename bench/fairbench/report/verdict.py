@@ -32,6 +32,7 @@ from fairbench.measure.slo import SloError, SloTarget, parse_slo
 from fairbench.measure.stats import ALPHA, Comparison, Estimate, difference_interval_pct, holm, holm_adjusted
 from fairbench.report.blocks import Block, BulletList, Heading, Paragraph
 from fairbench.report.figures import PER_GPU, THROUGHPUT
+from fairbench.report.flags import FlagMarks, doubt_text, raised
 from fairbench.report.formatting import Label, decision, figure
 from fairbench.report.load import Run
 from fairbench.report.summary import (
@@ -430,20 +431,31 @@ def _where(standing: Standing, regime: Regime) -> str:
     return f" at {standing.level.label}"
 
 
-def regime_text(regime: Regime, name: Label, found: Verdict) -> str:
-    """One regime in a sentence or three: the best, its margin over the next, the whole order."""
+def _marks(standing: Standing, regime: Regime, marks: FlagMarks) -> str:
+    """The marks of the flags that doubt the standing's figure."""
+    return marks.mark(standing.line, standing.level, regime.key)
+
+
+def regime_text(regime: Regime, name: Label, found: Verdict, marks: FlagMarks) -> str:
+    """One regime in a sentence or three: the best, its margin over the next, the whole order; each
+    figure compared with the marks of the flags that doubt it."""
     shown = regime_title(regime.name, found.loop)
     title = f"**{shown[0].upper()}{shown[1:]}** ({_what(regime, found)})"
     if not regime.ranked:
         text = f"{title}: no config to rank."
     else:
         best = regime.ranked[0]
-        text = f"{title}: **{name(best.line.result)}**{_where(best, regime)}: {figure(best.estimate)}"
+        text = (
+            f"{title}: **{name(best.line.result)}**{_where(best, regime)}: {figure(best.estimate)}"
+            + _marks(best, regime, marks)
+        )
         if len(regime.ranked) == 1:
             text += " (no other config to compare)."
         else:
             following = regime.ranked[1]
-            below = f"**{name(following.line.result)}**{_where(following, regime)}"
+            below = f"**{name(following.line.result)}**{_where(following, regime)}" + _marks(
+                following, regime, marks
+            )
             text += f", {_margin(regime.steps[0], below)}.{_tied(regime, name)}"
             text += f" Order: {order_text(regime, name)}."
     reasons: dict[str, list[str]] = {}
@@ -487,9 +499,33 @@ def _why_left_out(line: Headline) -> str:
     return "no listed level" if line.levels else "no points"
 
 
-def verdict_blocks(found: Verdict, name: Label, *, unfair: str | None = None) -> list[Block]:
+def flagged_text(found: Verdict, name: Label, marks: FlagMarks) -> str | None:
+    """What the flags on the figures the verdict compares make of them: ``**Flagged**: C=64 of **ep4** is
+    flagged `client_bound` [⚑3](#flag-3): its throughput may be the client's limit, ...``; None where no
+    compared figure is flagged."""
+    items: dict[tuple[int, tuple[bool, float], str], str] = {}
+    for regime in found.regimes:
+        for standing in regime.ranked:
+            line, level = standing.line, standing.level
+            for flag in raised(level, regime.key):
+                repeats = len(level.points)
+                share = f" on {len(flag.reasons)} of {repeats} repeats" if len(flag.reasons) < repeats else ""
+                items.setdefault(
+                    (id(line.result), level.key, flag.flag),
+                    f"{level.label} of **{name(line.result)}** is flagged `{flag.flag}`{share} "
+                    f"{marks.note(line, level, flag.flag).link}: {doubt_text(flag.flag)}",
+                )
+    if not items:
+        return None
+    return "**Flagged**: " + "; ".join(items.values()) + "."
+
+
+def verdict_blocks(
+    found: Verdict, name: Label, marks: FlagMarks, *, unfair: str | None = None
+) -> list[Block]:
     """The Verdict section: ``unfair``, a one-line pointer to the differences that make the comparison
-    unfair; one bullet per regime (per host where the verdict is per host); how to read it."""
+    unfair; one bullet per regime (per host where the verdict is per host), each figure marked where a
+    flag doubts it; what the flags make of the figures compared; how to read it."""
     blocks: list[Block] = [Heading(2, "Verdict")]
     if unfair:
         blocks.append(Paragraph(unfair))
@@ -500,7 +536,10 @@ def verdict_blocks(found: Verdict, name: Label, *, unfair: str | None = None) ->
         regimes = [regime for regime in found.regimes if regime.host == host]
         if host is not None:
             blocks.append(Paragraph(f"On **{host}**:"))
-        blocks.append(BulletList([regime_text(regime, name, found) for regime in regimes]))
+        blocks.append(BulletList([regime_text(regime, name, found, marks) for regime in regimes]))
+    flagged = flagged_text(found, name, marks)
+    if flagged:
+        blocks.append(Paragraph(flagged))
     notes = []
     if found.tested:
         notes.append(

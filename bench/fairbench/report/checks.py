@@ -1,0 +1,214 @@
+"""The Measurement checks section: per config and level, what the server's own counters (its
+``/metrics``) and the client's own use say of the points (docs/metrics.md, "Measurement checks"), and the
+note of every flag raised (report/flags.py).
+
+Each figure is over the level's repeats that have it: the tokens and the server's running and queued
+requests a mean, the cache hit rate over their summed tokens, the client's figures the worst repeat's (a
+point's own are its worst client process's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from statistics import mean
+from typing import Any
+
+from fairbench.report.blocks import Block, Heading, Paragraph, Table
+from fairbench.report.figures import (
+    CLIENT_PROCESSES,
+    CLIENT_USE,
+    FLAGS,
+    LOOP_LAGS,
+    OUTPUT_TOKENS,
+    SEND_GAPS,
+    SERVER_CACHED_TOKENS,
+    SERVER_ERROR,
+    SERVER_FAILURES,
+    SERVER_GENERATION_TOKENS,
+    SERVER_PROMPT_TOKENS,
+    SERVER_SAMPLES,
+)
+from fairbench.report.flags import MARK, FlagMarks, checked
+from fairbench.report.formatting import Label
+from fairbench.report.summary import Headline, Level, loop_of
+
+NOT_SCRAPED = "server metrics not scraped (start SGLang with --enable-metrics)"
+NOT_CHECKED = "no point records the checks (measured before fairbench made them)"
+CHECKS_NOTE = (
+    "What the server's own counters (its `/metrics`, over each point) and the client's own use say of the "
+    "points, each level over its repeats. **tokens**: the output tokens the client received / those the "
+    "server generated (means), and whether each repeat's agree; **running**: the server's mean of running "
+    "requests over the steady window, and its share of C; **queued**: its mean of queued requests; "
+    "**cache hit**: the server's cached prompt tokens / its prompt tokens; **client runnable**: the "
+    "largest share of a point that a client process ran or waited for a core; **loop lag**: how late its "
+    "event loop woke, mean / p99; **send gap**: the client's read of a `/generate` stream's first chunk "
+    "after the server's own send time, median (client figures: the worst repeat's). "
+    f"`{MARK}N`: a flag that a check raised on a point of the level, beside every figure it casts doubt on; "
+    "its note says why "
+    "(`bench/fairbench/measure/point_flags.py` defines each check)."
+)
+HEADER = [
+    "queued",
+    "cache hit %",
+    "client processes",
+    "client runnable",
+    "loop lag mean / p99 ms",
+    "send gap p50 ms",
+    "flags",
+]
+"""The columns after a level's tokens and running requests."""
+
+
+def _values(level: Level, key: str) -> list[Any]:
+    return [point[key] for point in level.points if point.get(key) is not None]
+
+
+def _tokens(line: Headline, level: Level, marks: FlagMarks) -> str:
+    """``12,345 / 12,345: agree``, or ``... differ on 1 of 3 (server +55, +0.4 %)``, the largest
+    difference; the marks of the client's count (``total_output_tokens``)."""
+    pairs = [
+        (point[OUTPUT_TOKENS], point[SERVER_GENERATION_TOKENS])
+        for point in level.points
+        if point.get(OUTPUT_TOKENS) is not None and point.get(SERVER_GENERATION_TOKENS) is not None
+    ]
+    if not pairs:
+        return "-"
+    text = f"{mean(c for c, _ in pairs):,.0f} / {mean(s for _, s in pairs):,.0f}"
+    differ = [(server - client, client) for client, server in pairs if server != client]
+    if not differ:
+        text += ": agree"
+    else:
+        gap, client = max(differ, key=lambda item: abs(item[0]))
+        share = f", {100 * gap / client:+.1f} %" if client else ""
+        text += f": differ on {len(differ)} of {len(pairs)} (server {gap:+,.0f}{share})"
+    return text + marks.mark(line, level, OUTPUT_TOKENS)
+
+
+def _running(level: Level) -> str:
+    """``61.2 (96 %)``: the mean of the repeats' running means, and of their shares of C."""
+    found = [
+        (point["server_running_mean"], point["server_running_mean"] / point["max_concurrency"])
+        for point in level.points
+        if point.get("server_running_mean") is not None
+    ]
+    if not found:
+        return "-"
+    return f"{mean(running for running, _ in found):.1f} ({100 * mean(share for _, share in found):.0f} %)"
+
+
+def _mean_of(level: Level, key: str, digits: int) -> str:
+    values = _values(level, key)
+    return f"{mean(values):,.{digits}f}" if values else "-"
+
+
+def _cache_hit(level: Level) -> str:
+    """Cached over prompt tokens, summed over the repeats that have both."""
+    pairs = [
+        (point[SERVER_CACHED_TOKENS], point[SERVER_PROMPT_TOKENS])
+        for point in level.points
+        if point.get(SERVER_CACHED_TOKENS) is not None and point.get(SERVER_PROMPT_TOKENS) is not None
+    ]
+    prompt = sum(prompt for _, prompt in pairs)
+    return f"{100 * sum(cached for cached, _ in pairs) / prompt:.1f}" if prompt > 0 else "-"
+
+
+def _processes(level: Level) -> str:
+    counts = _values(level, CLIENT_PROCESSES)
+    if not counts:
+        return "-"
+    return str(min(counts)) if min(counts) == max(counts) else f"{min(counts)} to {max(counts)}"
+
+
+def _runnable(level: Level) -> str:
+    """``85 % (80 % CPU, 5 % waiting)``: the client process of the level's points that was runnable the
+    largest share of its point (running, or waiting for a core)."""
+    uses = [
+        use for point in level.points for use in point.get(CLIENT_USE, []) if use.get("cpu_share") is not None
+    ]
+    if not uses:
+        return "-"
+    worst = max(uses, key=lambda use: use["cpu_share"] + (use.get("runqueue_wait_share") or 0.0))
+    cpu, waiting = worst["cpu_share"], worst.get("runqueue_wait_share")
+    if waiting is None:
+        return f"{100 * cpu:.0f} % CPU (waiting not known)"
+    return f"{100 * (cpu + waiting):.0f} % ({100 * cpu:.0f} % CPU, {100 * waiting:.0f} % waiting)"
+
+
+def _worst(level: Level, key: str) -> str:
+    values = _values(level, key)
+    return f"{max(values):,.2f}" if values else "-"
+
+
+def _flags(line: Headline, level: Level, marks: FlagMarks) -> str:
+    """Every flag at the level; ``none`` where its points were checked and none was raised."""
+    found = marks.mark(line, level, None).strip()
+    return found or ("none" if checked(level) else "-")
+
+
+def check_table(line: Headline, marks: FlagMarks) -> Table:
+    """One row per level of a config (the module docstring)."""
+    loop = loop_of(line.levels)
+    rows = [
+        [
+            loop.cell(level) + marks.mark(line, level, level.load_key),
+            _tokens(line, level, marks),
+            _running(level),
+            _mean_of(level, "server_queue_mean", 1),
+            _cache_hit(level),
+            _processes(level),
+            _runnable(level),
+            f"{_worst(level, LOOP_LAGS[0])} / {_worst(level, LOOP_LAGS[1])}",
+            _worst(level, SEND_GAPS[0]),
+            _flags(line, level, marks),
+        ]
+        for level in line.levels
+    ]
+    running = "running (share of max in flight)" if loop.open else "running (share of C)"
+    header = [loop.symbol, "tokens client / server", running, *HEADER]
+    return Table(header, rows, [True] * (len(header) - 1) + [False])
+
+
+def _server_notes(points: Sequence[dict[str, Any]]) -> list[str]:
+    """That the server's ``/metrics`` was not scraped, or how many of its scrapes failed."""
+    if not any(SERVER_SAMPLES in point for point in points):
+        return [NOT_SCRAPED]
+    failures = sum(point.get(SERVER_FAILURES, 0) for point in points)
+    errors = [point[SERVER_ERROR] for point in points if point.get(SERVER_ERROR)]
+    if not failures:
+        return []
+    first = f"; the first: {errors[0]}" if errors else ""
+    return [f"{failures} scrape(s) of the server's `/metrics` failed{first}"]
+
+
+def _recorded(points: Sequence[dict[str, Any]]) -> bool:
+    """Whether any point records a check: its flags, its server's counters, or its client processes."""
+    return any(key in point for point in points for key in (FLAGS, SERVER_SAMPLES, CLIENT_PROCESSES))
+
+
+def checks_blocks(
+    headlines: Sequence[Headline], label: Label, marks: FlagMarks, title: str, heading_level: int = 2
+) -> list[Block]:
+    """The section: what its tables show (where any config has one), each config's table (or why it has
+    none), the notes of the flags raised."""
+    blocks: list[Block] = [Heading(heading_level, title)]
+    if any(_recorded(line.result.points) for line in headlines):
+        blocks.append(Paragraph(CHECKS_NOTE))
+    for line in headlines:
+        points = line.result.points
+        blocks.append(Heading(heading_level + 1, label(line.result)))
+        if not points:
+            blocks.append(Paragraph("No points."))
+            continue
+        recorded = _recorded(points)
+        notes = _server_notes(points) + ([] if recorded else [NOT_CHECKED])
+        if notes:
+            text = "; ".join(notes)
+            blocks.append(Paragraph(f"{text[0].upper()}{text[1:]}."))
+        if recorded:
+            blocks.append(check_table(line, marks))
+    found = marks.notes_block(headlines, label)
+    if found is not None:
+        blocks += [Heading(heading_level + 1, "Flags raised"), found]
+    elif any(checked(level) for line in headlines for level in line.levels):
+        blocks.append(Paragraph("No check raised a flag on any point."))
+    return blocks
