@@ -9,12 +9,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 import aiohttp
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from fairbench.sim.args import flag_table
 from fairbench.sim.model import load_profile
@@ -126,27 +126,20 @@ SCHEDULER_LABELS = {
     "pp_rank": "0",
     "moe_ep_rank": "0",
 }
-_SAMPLE = re.compile(r"(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})? (?P<value>\S+)")
-_LABEL = re.compile(r'\s*(?P<key>[a-zA-Z_][a-zA-Z0-9_]*)="(?P<value>(?:[^"\\]|\\.)*)"\s*(?:,|$)')
-
 Labels = frozenset[tuple[str, str]]
 
 
 def prometheus_samples(text: str) -> dict[str, dict[Labels, float]]:
-    """Prometheus text exposition (format 0.0.4) read into metric name -> label set -> value; a line that
-    is neither a comment nor a well-formed sample fails the test."""
+    """Prometheus text exposition (format 0.0.4) read by prometheus_client's parser into sample name ->
+    label set -> value; a sample outside a family of its TYPE, or a series twice, fails the test."""
     samples: dict[str, dict[Labels, float]] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        sample = _SAMPLE.fullmatch(line)
-        assert sample is not None, f"not a Prometheus sample: {line!r}"
-        label_text = sample["labels"] or ""
-        labels = [(match["key"], match["value"]) for match in _LABEL.finditer(label_text)]
-        assert "".join(match[0] for match in _LABEL.finditer(label_text)) == label_text, line
-        series = samples.setdefault(sample["name"], {})
-        assert frozenset(labels) not in series, f"a repeated series: {line!r}"
-        series[frozenset(labels)] = float(sample["value"])
+    for family in text_string_to_metric_families(text):
+        assert family.type in ("gauge", "counter"), f"{family.name}: no TYPE line of its own"
+        for sample in family.samples:
+            series = samples.setdefault(sample.name, {})
+            labels = frozenset(sample.labels.items())
+            assert labels not in series, f"a repeated series: {sample}"
+            series[labels] = sample.value
     return samples
 
 
@@ -277,19 +270,44 @@ def test_generate_stream_has_cumulative_text_ids_and_meta_info(generic_sim: Sim)
     assert [len(output["text"].split()) for output in outputs] == [1, 2, 3, 4]
     assert outputs[-1]["text"].startswith(outputs[0]["text"])
     meta = outputs[-1]["meta_info"]
-    assert list(meta) == [
-        *("id", "finish_reason", "prompt_tokens", "weight_version", "num_retractions", "reasoning_tokens"),
-        *("completion_tokens", "cached_tokens", "weight_versions", "cached_tokens_details", "dp_rank"),
-        "e2e_latency",
+    # With --enable-metrics, as in SGLang: the scheduler's time stats on every output, the tokenizer's on
+    # the last.
+    scheduler_time_stats = [
+        *("storage_prefetch_wait", "storage_staging_wait", "forward_entry_time", "prefill_finished_time"),
+        "queue_time",
     ]
+    assert list(meta) == [
+        *("id", "finish_reason", "prompt_tokens", "weight_version", "num_retractions"),
+        *scheduler_time_stats,
+        *("reasoning_tokens", "completion_tokens", "cached_tokens", "weight_versions"),
+        *("cached_tokens_details", "dp_rank", "e2e_latency", "request_received_ts", "first_token_latency"),
+        *("api_server_dispatch_finish_ts", "response_sent_to_client_ts", "request_finished_ts"),
+        "decode_throughput",
+    ]
+    assert (
+        meta["request_received_ts"]
+        <= meta["forward_entry_time"]
+        <= meta["prefill_finished_time"]
+        <= meta["response_sent_to_client_ts"]
+        <= meta["request_finished_ts"]
+    )
+    assert meta["queue_time"] >= 0.0 and meta["storage_prefetch_wait"] == meta["storage_staging_wait"] == 0.0
+    assert 0.0 < meta["first_token_latency"] < meta["e2e_latency"]
+    assert meta["request_finished_ts"] - meta["request_received_ts"] == pytest.approx(
+        meta["e2e_latency"], abs=1e-3
+    )
+    decode_s = meta["request_finished_ts"] - meta["prefill_finished_time"]
+    assert meta["decode_throughput"] == pytest.approx(3 / decode_s, rel=0.05)
+    assert all(set(scheduler_time_stats) <= set(output["meta_info"]) for output in outputs)
     assert meta["finish_reason"] == {"type": "length", "length": 4}
     assert (meta["prompt_tokens"], meta["completion_tokens"]) == (7, 4)
     assert meta["weight_versions"] == [{"version": "default", "start": 0, "end": 4}]
     first = outputs[0]["meta_info"]
     assert first["finish_reason"] is None and "e2e_latency" not in first
-    # Set once, when the first event goes out.
-    assert "response_sent_to_client_ts" in first
-    assert all("response_sent_to_client_ts" not in output["meta_info"] for output in outputs[1:])
+    # Set once, when the first event goes out; with --enable-metrics the last event repeats it among the
+    # request's time stats.
+    assert meta["response_sent_to_client_ts"] == first["response_sent_to_client_ts"]
+    assert all("response_sent_to_client_ts" not in output["meta_info"] for output in outputs[1:-1])
 
 
 def test_non_streaming_responses_and_the_simulated_eos(generic_sim: Sim) -> None:
@@ -381,13 +399,10 @@ def test_model_endpoints_flush_cache_and_metrics(generic_sim: Sim) -> None:
     assert replies["/flush_cache"] == (200, SGLANG_CACHE_FLUSHED)
     metrics_status, metrics = replies["/metrics"]
     assert metrics_status == 200
-    # Nothing runs or waits between this module's requests.
-    assert sample_value(metrics, "sglang:num_running_reqs", SCHEDULER_LABELS) == 0.0
-    assert sample_value(metrics, "sglang:num_queue_reqs", SCHEDULER_LABELS) == 0.0
-    # The counters count what earlier tests of this module sent, streamed or not.
-    for streaming in ("true", "false"):
-        labels = {"model_name": "sim/test-model", "engine_type": "unified", "is_streaming": streaming}
-        assert sample_value(metrics, "sglang:generation_tokens_total", labels) >= 0.0
+    # Nothing runs or waits between this module's requests, and no KV cache is held.
+    for name in ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage"):
+        assert sample_value(metrics, name, SCHEDULER_LABELS) == 0.0
+    assert sample_value(metrics, "sglang:spec_accept_length", SCHEDULER_LABELS) == 0.0
     lag = sample_value(metrics, "fairbench_sim_schedule_lag_max_seconds", {"model_name": "sim/test-model"})
     assert lag >= 0.0
     assert replies["/no/such/route"][0] == 404
@@ -631,7 +646,7 @@ def test_malformed_every_n_breaks_every_nth_streamed_event() -> None:
 def test_a_client_that_goes_away_leaves_the_batch() -> None:
     with running_sim("--enable-metrics") as sim:
 
-        async def scenario() -> str:
+        async def scenario() -> bytes:
             async with session() as client:
                 async with client.post(
                     f"{sim.url}/v1/completions", json=completion_body(max_tokens=5000)
@@ -645,3 +660,220 @@ def test_a_client_that_goes_away_leaves_the_batch() -> None:
 
         metrics = asyncio.run(scenario())
     assert sample_value(metrics, "sglang:num_running_reqs", SCHEDULER_LABELS) == 0.0
+
+
+# --- metrics and time stamps ------------------------------------------------------------------------------
+
+TOKENIZER_LABELS = {"model_name": "sim/test-model", "engine_type": "unified"}
+
+
+def counter_value(metrics: bytes, name: str, labels: dict[str, str]) -> float:
+    """A counter's series, 0 while it has none: SGLang's registry shows a series once something counted."""
+    return prometheus_samples(metrics.decode()).get(name, {}).get(frozenset(labels.items()), 0.0)
+
+
+def counter_delta(before: bytes, after: bytes, name: str, labels: dict[str, str]) -> float:
+    return counter_value(after, name, labels) - counter_value(before, name, labels)
+
+
+async def metrics_when(
+    client: aiohttp.ClientSession, url: str, condition: Callable[[bytes], bool], timeout_s: float = 5.0
+) -> bytes:
+    """``/metrics`` polled every 10 ms until ``condition`` holds of it; the test fails if it never does."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        _, metrics = await get(client, f"{url}/metrics")
+        if condition(metrics):
+            return metrics
+        assert time.monotonic() < deadline, f"/metrics never showed what was waited for: {metrics.decode()}"
+        await asyncio.sleep(0.01)
+
+
+def gauge_is(name: str, wanted: float) -> Callable[[bytes], bool]:
+    return lambda metrics: sample_value(metrics, name, SCHEDULER_LABELS) == wanted
+
+
+def streaming(flag: bool) -> dict[str, str]:
+    return {**TOKENIZER_LABELS, "is_streaming": "true" if flag else "false"}
+
+
+GENERATION_PATHS = {"generate": "/generate", "completions": "/v1/completions", "chat": "/v1/chat/completions"}
+
+
+async def generation(
+    client: aiohttp.ClientSession, url: str, api: str, streamed: bool, n: int
+) -> tuple[int, int, int]:
+    """One request of ``api`` with a prompt of its own (its first token or word is ``n``'s); returns
+    (prompt tokens, completion tokens, cached tokens) as its response reports them (the OpenAI routes
+    report no cached tokens: these prompts share no prefix)."""
+    ids = [100 + n, *range(20 + 5 * n)]
+    max_tokens = 4 + n
+    body: dict[str, Any] = {"stream": streamed}
+    if api == "generate":
+        body.update(input_ids=ids, sampling_params={"max_new_tokens": max_tokens, "ignore_eos": True})
+    else:
+        body.update(max_tokens=max_tokens, ignore_eos=True)
+        if streamed:
+            body.update(stream_options={"include_usage": True})
+        if api == "completions":
+            body.update(prompt=ids)
+        else:
+            body.update(messages=[{"role": "user", "content": " ".join(f"w{token}" for token in ids)}])
+    if streamed:
+        *_, last, done = (await stream(client, url + GENERATION_PATHS[api], body)).events
+        assert done == "[DONE]"
+    else:
+        async with client.post(url + GENERATION_PATHS[api], json=body) as reply:
+            last = await reply.json()
+    if api == "generate":
+        meta = last["meta_info"]
+        return meta["prompt_tokens"], meta["completion_tokens"], meta["cached_tokens"]
+    return last["usage"]["prompt_tokens"], last["usage"]["completion_tokens"], 0
+
+
+def test_metrics_count_each_finished_request_once_and_read_the_batch_the_queue_and_the_kv_pool(
+    tmp_path: Path,
+) -> None:
+    """Six requests of every API, streamed and not, in flight at once on a server that runs two at a time."""
+    kinds = [(api, streamed) for api in GENERATION_PATHS for streamed in (True, False)]
+    flags = ["--enable-metrics", "--sim-profile", slow_profile(tmp_path), "--max-running-requests", "2"]
+    with running_sim(*flags, "--max-total-tokens", "400") as sim:
+
+        async def scenario() -> tuple[bytes, bytes, list[tuple[int, int, int]], bytes]:
+            async with session() as client:
+                _, before = await get(client, f"{sim.url}/metrics")
+                requests = [
+                    asyncio.ensure_future(generation(client, sim.url, api, streamed, n))
+                    for n, (api, streamed) in enumerate(kinds)
+                ]
+                # Two are prefilled (20 ms + 1 ms a token) and decode at 50 ms a step while four wait.
+                loaded = await metrics_when(
+                    client,
+                    sim.url,
+                    lambda metrics: (
+                        gauge_is("sglang:num_running_reqs", 2)(metrics)
+                        and gauge_is("sglang:num_queue_reqs", 4)(metrics)
+                    ),
+                )
+                reported = await asyncio.gather(*requests)
+                # The health check's probe request stays out of the counters.
+                assert (await get(client, f"{sim.url}/health_generate"))[0] == 200
+                return before, loaded, reported, (await get(client, f"{sim.url}/metrics"))[1]
+
+        before, loaded, reported, after = asyncio.run(scenario())
+    usage = sample_value(loaded, "sglang:token_usage", SCHEDULER_LABELS)
+    assert 0.0 < usage <= 1.0
+    for name in ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage"):
+        assert sample_value(after, name, SCHEDULER_LABELS) == 0.0
+    for flag in (True, False):
+        mine = [counts for counts, (_, streamed) in zip(reported, kinds, strict=True) if streamed is flag]
+        labels = streaming(flag)
+        assert counter_delta(before, after, "sglang:num_requests_total", labels) == len(mine) == 3
+        prompt_tokens = counter_delta(before, after, "sglang:prompt_tokens_total", labels)
+        assert prompt_tokens == sum(prompt for prompt, _, _ in mine)
+        generation_tokens = counter_delta(before, after, "sglang:generation_tokens_total", labels)
+        assert generation_tokens == sum(completion for _, completion, _ in mine)
+    assert sum(cached for _, _, cached in reported) == 0
+    device = {**TOKENIZER_LABELS, "cache_source": "device"}
+    assert counter_delta(before, after, "sglang:cached_tokens_total", device) == 0
+
+
+def test_a_repeated_prompt_adds_its_cached_prefix_to_cached_tokens_total(generic_sim: Sim) -> None:
+    body = {"input_ids": list(range(900, 930)), "sampling_params": {"max_new_tokens": 2, "ignore_eos": True}}
+    device = {**TOKENIZER_LABELS, "cache_source": "device"}
+
+    async def scenario() -> tuple[bytes, list[int], bytes]:
+        async with session() as client:
+            _, before = await get(client, f"{generic_sim.url}/metrics")
+            cached = []
+            for _ in range(2):
+                async with client.post(f"{generic_sim.url}/generate", json=body) as reply:
+                    cached.append((await reply.json())["meta_info"]["cached_tokens"])
+            return before, cached, (await get(client, f"{generic_sim.url}/metrics"))[1]
+
+    before, cached, after = asyncio.run(scenario())
+    # The second is served from the cache but for its last token.
+    assert cached == [0, 29]
+    assert counter_delta(before, after, "sglang:cached_tokens_total", device) == 29
+    assert sample_value(after, "sglang:cache_hit_rate", SCHEDULER_LABELS) == pytest.approx(29 / 30)
+
+
+def test_aborts_count_as_sglang_counts_them() -> None:
+    """An aborted request counts as finished if it had left the queue; every abort counts once."""
+
+    def body(rid: str) -> dict[str, Any]:
+        return {
+            "rid": rid,
+            "input_ids": list(range(10)),
+            "sampling_params": {"max_new_tokens": 5000, "ignore_eos": True},
+            "stream": True,
+        }
+
+    with running_sim("--enable-metrics", "--max-running-requests", "1") as sim:
+
+        async def scenario() -> tuple[Streamed, Streamed, bytes]:
+            async with session() as client:
+                generate = f"{sim.url}/generate"
+                running = asyncio.ensure_future(stream(client, generate, body("running")))
+                await metrics_when(client, sim.url, gauge_is("sglang:num_running_reqs", 1))
+                waiting = asyncio.ensure_future(stream(client, generate, body("waiting")))
+                await metrics_when(client, sim.url, gauge_is("sglang:num_queue_reqs", 1))
+                for rid in ("waiting", "no-such-request", "running"):
+                    async with client.post(f"{sim.url}/abort_request", json={"rid": rid}) as reply:
+                        assert reply.status == 200
+                aborted_waiting, aborted_running = await waiting, await running
+                async with client.post(generate, json=body("gone")) as reply:
+                    await reply.content.readline()
+                return (
+                    aborted_running,
+                    aborted_waiting,
+                    await metrics_when(client, sim.url, gauge_is("sglang:num_running_reqs", 0)),
+                )
+
+        aborted_running, aborted_waiting, metrics = asyncio.run(scenario())
+    for result in (aborted_running, aborted_waiting):
+        assert result.events[-2]["meta_info"]["finish_reason"]["type"] == "abort"
+    running_tokens = aborted_running.events[-2]["meta_info"]["completion_tokens"]
+    # The queued one ends at once; the running one after one more forward, with its token (to_finish).
+    assert aborted_waiting.events[-2]["meta_info"]["completion_tokens"] == 0
+    assert running_tokens == aborted_running.events[-3]["meta_info"]["completion_tokens"] + 1
+    # The running one and the one whose client left count; the waiting one does not.
+    assert counter_value(metrics, "sglang:num_requests_total", streaming(True)) == 2
+    assert counter_value(metrics, "sglang:prompt_tokens_total", streaming(True)) == 20
+    assert counter_value(metrics, "sglang:generation_tokens_total", streaming(True)) > running_tokens
+    # /abort_request of the waiting and of the running one, and the client that left; not the unknown rid.
+    assert counter_value(metrics, "sglang:num_aborted_requests_total", TOKENIZER_LABELS) == 3
+
+
+def test_generate_marks_the_moment_its_response_first_left_and_the_openai_routes_do_not() -> None:
+    body = {"input_ids": [7] * 5, "sampling_params": {"max_new_tokens": 4, "ignore_eos": True}}
+    with running_sim() as sim:
+
+        async def scenario() -> tuple[Streamed, dict[str, Any], float, Streamed]:
+            async with session() as client:
+                streamed = await stream(client, f"{sim.url}/generate", {**body, "stream": True})
+                async with client.post(f"{sim.url}/generate", json=body) as reply:
+                    whole = await reply.json()
+                    whole_arrival_ns = time.perf_counter_ns()
+                completions = await stream(client, f"{sim.url}/v1/completions", completion_body())
+                return streamed, whole, whole_arrival_ns, completions
+
+        streamed, whole, whole_arrival_ns, completions = asyncio.run(scenario())
+    epoch_offset_s = time.time() - time.perf_counter()
+
+    def left_before_arrival(ts: float, arrival_ns: float) -> bool:
+        """The server's epoch time stamp against the client's arrival on the same host's clock."""
+        return -0.001 < arrival_ns / 1e9 + epoch_offset_s - ts < 0.010
+
+    *outputs, done = streamed.events
+    assert done == "[DONE]" and len(outputs) == 4
+    # Without --enable-metrics only the first event carries it.
+    assert [("response_sent_to_client_ts" in output["meta_info"]) for output in outputs] == [
+        True,
+        False,
+        False,
+        False,
+    ]
+    assert left_before_arrival(outputs[0]["meta_info"]["response_sent_to_client_ts"], streamed.arrival_ns[0])
+    assert left_before_arrival(whole["meta_info"]["response_sent_to_client_ts"], whole_arrival_ns)
+    assert all("response_sent_to_client_ts" not in json.dumps(event) for event in completions.events)

@@ -106,7 +106,8 @@ def _generate_count(data: dict[str, Any]) -> EventCount:
 
 
 def _server_sent_s(data: dict[str, Any]) -> float | None:
-    """``meta_info.response_sent_to_client_ts``, which SGLang puts on a stream's first event only."""
+    """``meta_info.response_sent_to_client_ts``: SGLang stamps a stream's first event with it (with
+    ``--enable-metrics`` its last event repeats the same value); only the first is read."""
     meta = data.get("meta_info")
     sent = meta.get("response_sent_to_client_ts") if isinstance(meta, dict) else None
     return float(sent) if isinstance(sent, int | float) and not isinstance(sent, bool) else None

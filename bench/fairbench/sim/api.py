@@ -44,6 +44,15 @@ TOKEN_IDS = tuple(str(FIRST_TOKEN_ID + index) for index in range(len(VOCABULARY)
 
 DONE_EVENT = b"data: [DONE]\n\n"
 
+REALTIME_OFFSET_S = time.time() - time.perf_counter()
+"""Epoch seconds minus ``perf_counter`` seconds, taken once: SGLang's ``global_diff_realtime_monotonic``,
+which turns its ``perf_counter`` readings into the epoch timestamps of ``meta_info``."""
+
+
+def epoch_s(perf_counter_ns: int) -> float:
+    """A ``perf_counter_ns`` reading as epoch seconds, as SGLang's ``convert_time_to_realtime`` gives it."""
+    return perf_counter_ns / 1e9 + REALTIME_OFFSET_S
+
 
 def compact_json(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
@@ -100,6 +109,8 @@ class ServingInfo:
     natural_output_tokens: int
     weight_version: str
     default_include_usage: bool
+    enable_metrics: bool
+    """``--enable-metrics``: SGLang then adds the request's time stats to ``/generate``'s meta_info."""
 
 
 def text_tokens(text: str) -> list[str]:
@@ -281,7 +292,7 @@ class StreamHooks:
 
     malformed: Callable[[bytes], bytes] | None
     """The malformed-every fault: may break an event before it is sent."""
-    finished: Callable[[ResponseWriter], None]
+    finished: Callable[[ResponseWriter, SimRequest], None]
     record_times: bool
     """Keep each event's send time and token count (for ``--sim-trace``)."""
 
@@ -316,8 +327,8 @@ class ResponseWriter(ABC):
         self.created = int(time.time())
         self.received_ns = time.perf_counter_ns()
         self.completion_tokens = 0
-        self.cached_tokens = 0
-        """Leading prompt tokens the prefix cache held when the scheduler admitted the request."""
+        self.scheduled: SimRequest | None = None
+        """The engine's request, from its first delivery on: its cached tokens and its time in the queue."""
         self.aborted = False
         """Ended by ``/abort_request``: it finishes with SGLang's abort reason."""
         self.event_ns: list[int] = []
@@ -325,18 +336,19 @@ class ResponseWriter(ABC):
         self.rid_json = json.dumps(request.rid)
         self.model_json = json.dumps(request.model)
 
-    def abort(self) -> None:
-        """``/abort_request``: the response ends now with what was generated so far, as SGLang's does
-        (a graceful abort: the finish reason says ``abort``, the status stays 200)."""
+    def abort(self, sim_request: SimRequest, *, now: bool) -> None:
+        """``/abort_request``: the response ends as SGLang's does, a graceful abort (the finish reason says
+        ``abort``, the status stays 200): ``now`` with what was generated so far, else with the tokens of
+        the request's last round."""
         if self.exchange.closed:
             return
         self.aborted = True
-        self.deliver(None, 0, True)
+        if now:
+            self.deliver(sim_request, 0, True)
 
-    def deliver(self, sim_request: SimRequest | None, tokens: int, finished: bool) -> None:
+    def deliver(self, sim_request: SimRequest, tokens: int, finished: bool) -> None:
         """The engine's ``TokenSink``: ``tokens`` new tokens leave now."""
-        if sim_request is not None:
-            self.cached_tokens = sim_request.cached_tokens
+        self.scheduled = sim_request
         start = self.completion_tokens
         self.completion_tokens = start + tokens
         if self.hooks.record_times:
@@ -346,7 +358,7 @@ class ResponseWriter(ABC):
         if not self.request.stream:
             if finished:
                 exchange.respond(200, compact_json(self.full_response()))
-                self.hooks.finished(self)
+                self.hooks.finished(self, sim_request)
             return
         events = self.stream_events(start, tokens, finished)
         if self.hooks.malformed is not None:
@@ -355,7 +367,7 @@ class ResponseWriter(ABC):
             exchange.start_stream()
         if finished:
             exchange.end_stream(b"".join([*events, DONE_EVENT]))
-            self.hooks.finished(self)
+            self.hooks.finished(self, sim_request)
         else:
             exchange.send(events[0] if len(events) == 1 else b"".join(events))
 
@@ -445,28 +457,75 @@ class GenerateWriter(ResponseWriter):
     headers_before_first_token = True
     streamed_text = ""
     streamed_ids = ""
-    sent_first = False
+    first_output_ns = 0
+    """When the engine handed over the request's first output (its prefill's end), ``perf_counter_ns``."""
+    first_sent_ts: str | None = None
+    """``response_sent_to_client_ts`` as written, once the first event (or the whole response) has gone."""
+
+    def deliver(self, sim_request: SimRequest, tokens: int, finished: bool) -> None:
+        if not self.first_output_ns:
+            self.first_output_ns = time.perf_counter_ns()
+        super().deliver(sim_request, tokens, finished)
 
     def meta_info(self, finished: bool) -> str:
-        """``TokenizerManager._handle_batch_output``'s meta_info, in its key order. The time the response
-        first went to the client is set once: on a stream's first event, on a whole response's only one."""
+        """``TokenizerManager._handle_batch_output``'s meta_info, in its key order.
+
+        ``response_sent_to_client_ts``, epoch seconds, is the moment the response first goes to the
+        client: it is set on a stream's first event, on a whole response's only one. With
+        ``--enable-metrics`` every output also carries the scheduler's time stats of the request, and the
+        last the tokenizer's (among them ``response_sent_to_client_ts`` again, on a stream's)."""
+        now_ns = time.perf_counter_ns()
         finish = compact_json(self.finish_reason).decode() if finished else "null"
-        cached = self.cached_tokens
+        scheduled = self.scheduled
+        cached = scheduled.cached_tokens if scheduled is not None else 0
         details = f'{{"device":{cached},"host":0}}' if cached else "null"
         meta = (
             f'{{"id":{self.rid_json},"finish_reason":{finish},"prompt_tokens":{self.request.prompt_tokens},'
-            f'"weight_version":{json.dumps(self.info.weight_version)},"num_retractions":0,"reasoning_tokens":0,'
-            f'"completion_tokens":{self.completion_tokens},"cached_tokens":{cached}'
+            f'"weight_version":{json.dumps(self.info.weight_version)},"num_retractions":0'
         )
+        if self.info.enable_metrics:
+            meta += self._scheduler_time_stats(scheduled)
+        meta += f',"reasoning_tokens":0,"completion_tokens":{self.completion_tokens},"cached_tokens":{cached}'
         if finished:
             meta += f',"weight_versions":{compact_json(self.weight_versions).decode()}'
         meta += f',"cached_tokens_details":{details},"dp_rank":null'
         if finished:
-            meta += f',"e2e_latency":{(time.perf_counter_ns() - self.received_ns) / 1e9}'
-        if not self.sent_first:
-            self.sent_first = True
-            meta += f',"response_sent_to_client_ts":{time.time()}'
+            meta += f',"e2e_latency":{(now_ns - self.received_ns) / 1e9}'
+            if self.info.enable_metrics:
+                meta += self._request_time_stats(now_ns)
+        if self.first_sent_ts is None:
+            self.first_sent_ts = repr(epoch_s(now_ns))
+            meta += f',"response_sent_to_client_ts":{self.first_sent_ts}'
         return meta + "}"
+
+    def _scheduler_time_stats(self, scheduled: SimRequest | None) -> str:
+        """``SchedulerReqTimeStats.convert_to_output_meta_info``: no storage tier to wait for, the time
+        its prefill began and ended, and its time in the queue. The simulator has no tokenizer: the
+        request reaches the scheduler as it arrives."""
+        queue_s = scheduled.queue_s if scheduled is not None else 0.0
+        stats = ',"storage_prefetch_wait":0.0,"storage_staging_wait":0.0'
+        if scheduled is not None and scheduled.admitted:
+            stats += (
+                f',"forward_entry_time":{epoch_s(self.received_ns) + queue_s}'
+                f',"prefill_finished_time":{epoch_s(self.first_output_ns)}'
+            )
+        return stats + f',"queue_time":{queue_s}'
+
+    def _request_time_stats(self, now_ns: int) -> str:
+        """``APIServerReqTimeStats.convert_to_output_meta_info`` of a finished request."""
+        received = epoch_s(self.received_ns)
+        stats = (
+            f',"request_received_ts":{received}'
+            f',"first_token_latency":{(self.first_output_ns - self.received_ns) / 1e9}'
+            f',"api_server_dispatch_finish_ts":{received}'
+        )
+        if self.first_sent_ts is not None:
+            stats += f',"response_sent_to_client_ts":{self.first_sent_ts}'
+        stats += f',"request_finished_ts":{epoch_s(now_ns)}'
+        decode_ns = now_ns - self.first_output_ns
+        if self.completion_tokens > 1 and decode_ns > 0:
+            stats += f',"decode_throughput":{(self.completion_tokens - 1) * 1e9 / decode_ns}'
+        return stats
 
     def stream_events(self, start: int, tokens: int, finished: bool) -> list[bytes]:
         if tokens:

@@ -69,6 +69,13 @@ class SimRequest:
     """The prompt's prefix keys, from admission until its prefill has inserted them."""
     counted: bool = True
     """False for the health check's probe, which SGLang keeps out of its metrics."""
+    admitted: bool = False
+    """Taken from the queue into a prefill: from then on it holds KV cache, and ended early it still
+    counts as a finished request in SGLang's metrics (one aborted while it waits does not)."""
+    submitted_at: float = 0.0
+    """When the engine queued it, on the engine's clock."""
+    queue_s: float = 0.0
+    """Seconds from its submission to the start of its prefill (SGLang's ``queue_time``)."""
     generated: int = 0
     sent: int = 0
     spec_credit: float = 0.0
@@ -83,6 +90,8 @@ class Round:
     """The running batch this decode round steps; empty for a prefill round."""
     steps: int
     seconds: float
+    cache_hit_rate: float = 0.0
+    """The share of a prefill round's prompt tokens that the prefix cache served."""
 
 
 @dataclass(slots=True)
@@ -111,6 +120,8 @@ class Scheduler:
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self.requests_finished = 0
+        self.cache_hit_rate = 0.0
+        """SGLang's ``cache_hit_rate`` gauge: the last prefill round's (``Round.cache_hit_rate``)."""
 
     def submit(self, request: SimRequest) -> None:
         self.waiting.append(request)
@@ -124,7 +135,7 @@ class Scheduler:
         limits = self.limits
         self.running = [request for request in self.running if not request.aborted]
         admitted: list[SimRequest] = []
-        tokens = 0
+        tokens = prompt_tokens = 0
         if self.waiting and self._prefilled_keys:
             self._insert_prefilled()
         while self.waiting and len(self.running) + len(admitted) < limits.max_running_requests:
@@ -132,18 +143,24 @@ class Scheduler:
             if candidate.aborted:
                 self.waiting.popleft()
                 continue
+            cached = 0
             if self.prefix_cache is not None and candidate.prompt is not None:
                 if candidate.cache_keys is None:
                     candidate.cache_keys = prefix_keys(candidate.prompt)
-                candidate.cached_tokens = self.prefix_cache.match(candidate.cache_keys)
-            extend = candidate.prompt_tokens - candidate.cached_tokens
+                cached = self.prefix_cache.match(candidate.cache_keys)
+            extend = candidate.prompt_tokens - cached
             if admitted and 0 < limits.chunked_prefill_size < tokens + extend:
                 break
-            admitted.append(self.waiting.popleft())
+            self.waiting.popleft()
+            candidate.admitted = True
+            candidate.cached_tokens = cached
+            admitted.append(candidate)
             tokens += extend
+            prompt_tokens += candidate.prompt_tokens
         if admitted:
             forwards = -(-tokens // limits.chunked_prefill_size) if limits.chunked_prefill_size > 0 else 1
-            return Round(admitted, [], 0, self.model.prefill_seconds(tokens, forwards))
+            hit_rate = (prompt_tokens - tokens) / prompt_tokens if prompt_tokens else 0.0
+            return Round(admitted, [], 0, self.model.prefill_seconds(tokens, forwards), hit_rate)
         if self.running:
             steps = limits.decode_steps_per_round
             return Round(
@@ -194,6 +211,7 @@ class Scheduler:
         if prefill:
             self.running += still_running
             self._cache_prompts(finished_round.admitted)
+            self.cache_hit_rate = finished_round.cache_hit_rate
         else:
             self.running = still_running
         self.prompt_tokens_total += counted_prompt
@@ -287,10 +305,55 @@ def speed_noise(pct: float, seed: int | None) -> SpeedNoise | None:
 
 
 @dataclass(slots=True)
+class _DecodeLogWindow:
+    """SGLang's decode log interval: every ``decode_log_interval`` decode rounds a scheduler reports its
+    generation throughput over them (``gen_throughput``) and the tokens a request gained per decode step
+    in them (``spec_accept_length``, meaningful under speculative decoding)."""
+
+    interval_rounds: int
+    rounds: int = 0
+    tokens: int = 0
+    request_steps: int = 0
+    since: float = 0.0
+    tokens_per_s: float = 0.0
+    accept_length: float = 0.0
+
+    def record(self, now: float, tokens: int, request_steps: int) -> None:
+        self.rounds += 1
+        self.tokens += tokens
+        self.request_steps += request_steps
+        if self.rounds >= self.interval_rounds:
+            if now > self.since:
+                self.tokens_per_s = self.tokens / (now - self.since)
+            if self.request_steps:
+                self.accept_length = self.tokens / self.request_steps
+            self.rounds = self.tokens = self.request_steps = 0
+            self.since = now
+
+
+@dataclass(slots=True)
 class _Replica:
     scheduler: Scheduler
+    decode_log: _DecodeLogWindow
     current: Round | None = None
     scheduled_end: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaLoad:
+    """What one data-parallel replica's scheduler reports in SGLang's gauges, as of now."""
+
+    running: int
+    """Requests in its running batch (not those in a prefill forward, nor those waiting)."""
+    waiting: int
+    kv_tokens: int
+    """KV cache its requests hold: prompt plus generated tokens of the running batch and the prefill in
+    flight (a prefix shared by several requests counts once per request)."""
+    gen_throughput: float
+    cache_hit_rate: float
+    spec_accept_length: float
+    """The mean tokens per request and decode step of its last decode log interval; 0 without
+    speculative decoding, as SGLang reports it."""
 
 
 @dataclass(slots=True)
@@ -309,26 +372,6 @@ class ScheduleLag:
     @property
     def mean_s(self) -> float:
         return self.total_s / self.rounds if self.rounds else 0.0
-
-
-@dataclass(slots=True)
-class _ThroughputWindow:
-    """SGLang's ``gen_throughput``: tokens over the time of the last ``decode_log_interval`` decode rounds."""
-
-    interval_rounds: int
-    rounds: int = 0
-    tokens: int = 0
-    since: float = 0.0
-    tokens_per_s: float = 0.0
-
-    def record(self, now: float, tokens: int) -> None:
-        self.rounds += 1
-        self.tokens += tokens
-        if self.rounds >= self.interval_rounds:
-            if now > self.since:
-                self.tokens_per_s = self.tokens / (now - self.since)
-            self.rounds = self.tokens = 0
-            self.since = now
 
 
 @dataclass(slots=True)
@@ -351,19 +394,19 @@ class Engine:
     _replicas: list[_Replica] = field(init=False)
     _next_replica: int = field(init=False, default=0)
     _output_waiters: list[Callable[[], None]] = field(init=False, default_factory=list)
-    _throughput: _ThroughputWindow = field(init=False)
     _idle_since: float | None = field(init=False, default=-math.inf)
     """When the last busy period ended; None while one lasts."""
 
     def __post_init__(self) -> None:
-        self._replicas = [_Replica(scheduler) for scheduler in self.schedulers]
-        self._throughput = _ThroughputWindow(self.decode_log_interval)
+        self._replicas = [
+            _Replica(scheduler, _DecodeLogWindow(self.decode_log_interval)) for scheduler in self.schedulers
+        ]
 
     def start(self) -> None:
         """Loading is over: begin running whatever has queued up."""
         self.started = True
-        self._throughput.since = self.clock.time()
         for replica in self._replicas:
+            replica.decode_log.since = self.clock.time()
             self._begin(replica, self.clock.time())
 
     def halt(self) -> None:
@@ -376,6 +419,7 @@ class Engine:
             self._begin_busy_period(self._idle_since)
         replica = self._replicas[self._next_replica]
         self._next_replica = (self._next_replica + 1) % len(self._replicas)
+        request.submitted_at = self.clock.time()
         replica.scheduler.submit(request)
         if self.started and replica.current is None:
             self._begin(replica, max(self.clock.time(), replica.scheduled_end))
@@ -383,6 +427,16 @@ class Engine:
     def abort(self, request: SimRequest) -> None:
         """The client went away: the request leaves the queue or batch at the next round boundary."""
         request.aborted = True
+
+    def stop(self, request: SimRequest) -> bool:
+        """``/abort_request``, as SGLang's scheduler takes it: a request still queued leaves at once (True);
+        one that has left the queue ends after one more token (False), as its ``to_finish`` ends it after
+        the next forward."""
+        if request.admitted:
+            request.output_limit = min(request.output_limit, request.generated + 1)
+            return False
+        self.abort(request)
+        return True
 
     def flush_prefix_caches(self) -> None:
         """``/flush_cache``: every replica forgets its cached prefixes."""
@@ -413,9 +467,27 @@ class Engine:
     def requests_finished(self) -> int:
         return sum(replica.scheduler.requests_finished for replica in self._replicas)
 
-    @property
-    def gen_throughput(self) -> float:
-        return self._throughput.tokens_per_s
+    def replica_loads(self) -> list[ReplicaLoad]:
+        """Each replica's gauges, in data-parallel rank order."""
+        return [self._load(replica) for replica in self._replicas]
+
+    @staticmethod
+    def _load(replica: _Replica) -> ReplicaLoad:
+        scheduler = replica.scheduler
+        prefilling = replica.current.admitted if replica.current is not None else []
+        running = [request for request in scheduler.running if not request.aborted]
+        return ReplicaLoad(
+            running=len(running),
+            waiting=scheduler.num_waiting,
+            kv_tokens=sum(
+                request.prompt_tokens + request.generated
+                for request in (*running, *prefilling)
+                if not request.aborted
+            ),
+            gen_throughput=replica.decode_log.tokens_per_s,
+            cache_hit_rate=scheduler.cache_hit_rate,
+            spec_accept_length=replica.decode_log.accept_length if scheduler.model.speculation else 0.0,
+        )
 
     def _begin_busy_period(self, idle_since: float) -> None:
         self._idle_since = None
@@ -434,6 +506,8 @@ class Engine:
             ):
                 self._idle_since = start
             return
+        for request in planned.admitted:
+            request.queue_s = max(0.0, start - request.submitted_at)
         replica.scheduled_end = start + planned.seconds * self.time_scale * self.speed_factor
         self.clock.call_at(replica.scheduled_end, lambda: self._end(replica))
 
@@ -445,7 +519,8 @@ class Engine:
         self.lag.record(max(0.0, self.clock.time() - replica.scheduled_end))
         tokens = replica.scheduler.finish_round(finished_round)
         if finished_round.batch:
-            self._throughput.record(replica.scheduled_end, tokens)
+            request_steps = len(finished_round.batch) * finished_round.steps
+            replica.decode_log.record(replica.scheduled_end, tokens, request_steps)
         if tokens and self._output_waiters:
             waiters, self._output_waiters = self._output_waiters, []
             for waiter in waiters:

@@ -10,8 +10,9 @@ Routes and status codes follow SGLang 0.5.23's ``http_server.py``:
 * ``/server_info`` and the deprecated ``/get_server_info``; ``/model_info`` and ``/get_model_info``;
   ``/v1/models`` and ``/v1/models/{model}``; ``/flush_cache`` (GET or POST, 400 while requests run; it
   empties the prefix cache); ``/abort_request`` (POST ``{"rid": ...}`` ends every request whose rid starts
-  with it, ``{"abort_all": true}`` all of them; 200 either way); ``/metrics`` only with
-  ``--enable-metrics``, as in SGLang.
+  with it, provided one has exactly that rid; ``{"abort_all": true}`` all of them; a queued one at once,
+  a running one with its next token; 200 either way);
+  ``/metrics`` (see ``metrics``) only with ``--enable-metrics``, as in SGLang.
 * The plain responses (``/health*``, ``/flush_cache``, ``/abort_request``) carry no content-type, as
   Starlette's ``Response`` without a media type sends them.
 * With ``--nnodes`` > 1 (see ``nodes``): rank 0 serves all of the above, but ``/health*`` and the
@@ -53,6 +54,7 @@ from fairbench.sim.args import MODELLED_FIELDS, SimConfig, flag_table, sglang_ve
 from fairbench.sim.engine import Engine, Scheduler, SimRequest, speed_noise
 from fairbench.sim.faults import FaultAction, FaultState
 from fairbench.sim.http import HttpExchange, HttpRequest, serve
+from fairbench.sim.metrics import CONTENT_TYPE, MetricsSource, RequestCounters, render
 from fairbench.sim.nodes import Rendezvous, follow
 from fairbench.sim.prefix_cache import PrefixCache
 
@@ -101,20 +103,11 @@ class _DiscardTokens:
         pass
 
 
-@dataclass(slots=True)
-class _RequestCounters:
-    """SGLang's tokenizer-side counters, per ``is_streaming`` label."""
-
-    requests: int = 0
-    prompt_tokens: int = 0
-    generation_tokens: int = 0
-
-
 class SimServer:
     def __init__(self, config: SimConfig, loop: asyncio.AbstractEventLoop) -> None:
         self.config = config
         self.loop = loop
-        cache_tokens = min(self.max_total_num_tokens // config.dp_size, DEFAULT_PREFIX_CACHE_TOKENS)
+        cache_tokens = min(self.replica_kv_pool_tokens, DEFAULT_PREFIX_CACHE_TOKENS)
         schedulers = [
             Scheduler(config.model, config.limits, PrefixCache(cache_tokens)) for _ in range(config.dp_size)
         ]
@@ -133,11 +126,12 @@ class SimServer:
             natural_output_tokens=config.profile.natural_output_tokens,
             weight_version=config.weight_version,
             default_include_usage=config.stream_response_default_include_usage,
+            enable_metrics=config.enable_metrics,
         )
         self.started_at = loop.time()
         self.loaded = False
         self.requests_received = 0
-        self.counters = {"true": _RequestCounters(), "false": _RequestCounters()}
+        self.counters = RequestCounters()
         self.active: dict[str, tuple[SimRequest, ResponseWriter]] = {}
         """Requests being generated, by rid: what ``/abort_request`` can reach."""
         self.rendezvous: Rendezvous | None = None
@@ -314,8 +308,11 @@ class SimServer:
         self.engine.submit(sim_request)
 
     def _disconnected(self, sim_request: SimRequest, writer: ResponseWriter) -> None:
+        """The client went away before its response was complete: SGLang aborts the request."""
         self.engine.abort(sim_request)
         self._forget(writer)
+        self.counters.observe_aborted()
+        self._count_finished(writer, sim_request)
 
     def _forget(self, writer: ResponseWriter) -> None:
         rid = writer.request.rid
@@ -332,13 +329,22 @@ class SimServer:
 
         return maybe_break
 
-    def _finished(self, writer: ResponseWriter) -> None:
+    def _count_finished(self, writer: ResponseWriter, sim_request: SimRequest) -> None:
+        """SGLang's ``observe_one_finished_request``, which sees an aborted request only if it had left the
+        queue (one aborted while waiting ends without a finished output)."""
+        if sim_request.admitted:
+            generation = writer.request
+            self.counters.observe_finished(
+                generation.stream,
+                generation.prompt_tokens,
+                writer.completion_tokens,
+                sim_request.cached_tokens,
+            )
+
+    def _finished(self, writer: ResponseWriter, sim_request: SimRequest) -> None:
         self._forget(writer)
+        self._count_finished(writer, sim_request)
         generation: GenerationRequest = writer.request
-        counters = self.counters["true" if generation.stream else "false"]
-        counters.requests += 1
-        counters.prompt_tokens += generation.prompt_tokens
-        counters.generation_tokens += writer.completion_tokens
         if self.trace is not None:
             record = {
                 "rid": generation.rid,
@@ -367,6 +373,12 @@ class SimServer:
             return int(given)
         return config.limits.max_running_requests * config.dp_size * config.context_length
 
+    @property
+    def replica_kv_pool_tokens(self) -> int:
+        """One data-parallel replica's share of the KV pool: what its prefix cache may hold and what its
+        ``sglang:token_usage`` is a fraction of."""
+        return self.max_total_num_tokens // self.config.dp_size
+
     def server_info_body(self) -> dict[str, Any]:
         """``build_server_info`` + start-up time + per-DP internal states + version, plus the ``sim`` part."""
         config = self.config
@@ -380,23 +392,26 @@ class SimServer:
         }
         # The scheduler's reply leaves out the signal handler, which it could not serialize.
         args = {key: value for key, value in config.effective_args.items() if key != "custom_sigquit_handler"}
-        internal_state = {
-            **args,
-            "world_size": config.effective_args["tp_size"] * config.dp_size,
-            "startup_time": scheduler_startup,
-            "effective_max_running_requests_per_dp": config.limits.max_running_requests,
-            "last_gen_throughput": self.engine.gen_throughput,
-            "memory_usage": {
-                "weight": 0.0,
-                "kvcache": 0.0,
-                "startup_available": 0.0,
-                "token_capacity": capacity,
-                "token_capacity_swa": None,
-                "graph": dict.fromkeys(GRAPH_PHASES, 0.0),
-            },
-            "decode_cuda_graph_bs": [],
-            "decode_cuda_graph_memory_gb": 0.0,
-        }
+        internal_states = [
+            {
+                **args,
+                "world_size": config.effective_args["tp_size"] * config.dp_size,
+                "startup_time": scheduler_startup,
+                "effective_max_running_requests_per_dp": config.limits.max_running_requests,
+                "last_gen_throughput": load.gen_throughput,
+                "memory_usage": {
+                    "weight": 0.0,
+                    "kvcache": 0.0,
+                    "startup_available": 0.0,
+                    "token_capacity": capacity,
+                    "token_capacity_swa": None,
+                    "graph": dict.fromkeys(GRAPH_PHASES, 0.0),
+                },
+                "decode_cuda_graph_bs": [],
+                "decode_cuda_graph_memory_gb": 0.0,
+            }
+            for load in self.engine.replica_loads()
+        ]
         return {
             **config.effective_args,
             "launch_command": config.launch_command,
@@ -412,7 +427,7 @@ class SimServer:
                 "reason": "Hierarchical cache is disabled",
             },
             "kv_events": None,
-            "internal_states": [internal_state for _ in range(config.dp_size)],
+            "internal_states": internal_states,
             "version": sglang_version(),
             "frontend": "python",
             "sim": self.sim_description(),
@@ -511,8 +526,9 @@ class SimServer:
         exchange.respond(200, FLUSH_CACHE_DONE, content_type=None)
 
     async def abort_request(self, request: HttpRequest, exchange: HttpExchange) -> None:
-        """``TokenizerManager.abort_request``: the scheduler ends every request whose rid starts with the
-        given one (so an empty rid without ``abort_all`` is ignored); an unknown rid is no error."""
+        """``TokenizerManager.abort_request`` with one tokenizer worker: a rid that names no request in
+        flight is dropped (an empty one too, without ``abort_all``); else the scheduler ends every request
+        whose rid starts with it (see ``Engine.stop``). Either way the answer is 200."""
         try:
             body = json.loads(request.body or b"{}")
         except ValueError as exc:
@@ -524,86 +540,28 @@ class SimServer:
         given = body.get("rid")
         rid = given if isinstance(given, str) else ""
         abort_all = body.get("abort_all") is True
-        if abort_all or rid:
+        # A request already aborted and not yet ended is not aborted again (nor counted again).
+        if abort_all or (rid in self.active and not self.active[rid][1].aborted):
+            self.counters.observe_aborted()
             for key, (sim_request, writer) in list(self.active.items()):
-                if abort_all or key.startswith(rid):
-                    self.engine.abort(sim_request)
-                    writer.abort()
+                if (abort_all or key.startswith(rid)) and not writer.aborted:
+                    writer.abort(sim_request, now=self.engine.stop(sim_request))
         exchange.respond(200, content_type=None)
 
     # --- metrics ----------------------------------------------------------------------------------------
 
     async def metrics(self, request: HttpRequest, exchange: HttpExchange) -> None:
-        exchange.respond(200, self.metrics_text().encode(), "text/plain; version=0.0.4; charset=utf-8")
+        exchange.respond(200, self.metrics_text().encode(), CONTENT_TYPE)
 
     def metrics_text(self) -> str:
-        """A few of SGLang's Prometheus metrics under its names, plus the simulator's own, named
-        ``fairbench_sim_*``: its schedule lag, its rounds, and ``--sim-noise``'s speed factor."""
-        model_label = json.dumps(self.config.served_model_name)
-        scheduler_labels = (
-            f'model_name={model_label},engine_type="unified",tp_rank="0",pp_rank="0",moe_ep_rank="0"'
-        )
-        engine = self.engine
-        lines: list[str] = []
-
-        def family(name: str, kind: str, help_text: str, samples: list[tuple[str, str, float]]) -> None:
-            lines.extend((f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"))
-            lines.extend(f"{sample}{{{labels}}} {float(value)}" for sample, labels, value in samples)
-
-        def gauge(name: str, help_text: str, value: float, labels: str = scheduler_labels) -> None:
-            family(name, "gauge", help_text, [(name, labels, value)])
-
-        def counter(name: str, help_text: str, field: str) -> None:
-            family(
-                name,
-                "counter",
-                help_text,
-                [
-                    (
-                        f"{name}_total",
-                        f'model_name={model_label},engine_type="unified",is_streaming="{streaming}"',
-                        getattr(counters, field),
-                    )
-                    for streaming, counters in self.counters.items()
-                ],
+        return render(
+            MetricsSource(
+                model_name=self.config.served_model_name,
+                kv_pool_tokens=self.replica_kv_pool_tokens,
+                engine=self.engine,
+                counters=self.counters,
             )
-
-        gauge("sglang:num_running_reqs", "The number of running requests.", engine.num_running)
-        gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", engine.num_waiting)
-        gauge("sglang:gen_throughput", "The generation throughput (token/s).", engine.gen_throughput)
-        counter("sglang:prompt_tokens", "Number of prefill tokens processed.", "prompt_tokens")
-        counter("sglang:generation_tokens", "Number of generation tokens processed.", "generation_tokens")
-        counter("sglang:num_requests", "Number of requests processed.", "requests")
-        sim_labels = f"model_name={model_label}"
-        lag = engine.lag
-        gauge(
-            "fairbench_sim_schedule_lag_max_seconds",
-            "Largest delay of a round's end past its modelled time (the simulator's own lateness).",
-            lag.max_s,
-            sim_labels,
         )
-        gauge(
-            "fairbench_sim_schedule_lag_mean_seconds", "Mean delay of a round's end.", lag.mean_s, sim_labels
-        )
-        family(
-            "fairbench_sim_rounds",
-            "counter",
-            "Prefill forwards and decode rounds completed.",
-            [("fairbench_sim_rounds_total", sim_labels, lag.rounds)],
-        )
-        gauge(
-            "fairbench_sim_speed_factor",
-            "The factor on every round's duration in this busy period (--sim-noise; 1 without it).",
-            engine.speed_factor,
-            sim_labels,
-        )
-        family(
-            "fairbench_sim_speed_draws",
-            "counter",
-            "Busy periods that drew a speed factor (--sim-noise).",
-            [("fairbench_sim_speed_draws_total", sim_labels, engine.speed_draws)],
-        )
-        return "\n".join(lines) + "\n"
 
 
 def _media_type(content_type: str) -> str:

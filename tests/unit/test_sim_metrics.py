@@ -1,0 +1,225 @@
+"""``/metrics`` on a virtual clock: SGLang's families, types and label sets, and what each value means."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from fairbench.sim.engine import Engine, Scheduler, SchedulerLimits, SimRequest, VirtualClock
+from fairbench.sim.metrics import MetricsSource, RequestCounters, render
+from fairbench.sim.model import LayoutCost, PerformanceModel, Speculation
+from fairbench.sim.prefix_cache import PrefixCache
+
+# t(b) = 10 ms + 1 ms * b; prefill = 20 ms per forward + 1 ms per 10 input tokens.
+COST = LayoutCost(t0_s=0.010, k_s=0.001, prefill_tokens_per_s=10_000.0, prefill_forward_s=0.020)
+MODEL_NAME = "sim/test-model"
+SCHEDULER_LABELS = {
+    "model_name": MODEL_NAME,
+    "engine_type": "unified",
+    "tp_rank": "0",
+    "pp_rank": "0",
+    "moe_ep_rank": "0",
+}
+SCHEDULER_GAUGES = [
+    *("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:gen_throughput"),
+    *("sglang:cache_hit_rate", "sglang:token_usage", "sglang:spec_accept_length"),
+]
+
+Series = dict[frozenset[tuple[str, str]], float]
+
+
+class Discard:
+    def deliver(self, request: SimRequest, tokens: int, finished: bool) -> None:
+        pass
+
+
+def engine(
+    *,
+    replicas: int = 1,
+    max_running: int = 8,
+    speculation: Speculation | None = None,
+    cached: bool = False,
+    decode_log_interval: int = 40,
+) -> tuple[Engine, VirtualClock]:
+    model = PerformanceModel(
+        layout="test",
+        cost=COST,
+        cuda_graph_max_bs=1000,
+        eager_extra_s=0.0,
+        speculation=speculation,
+        draft_step_s=0.0,
+        verify_token_cost=0.0,
+    )
+    limits = SchedulerLimits(max_running, 8192, 1, 1)
+    clock = VirtualClock()
+    schedulers = [Scheduler(model, limits, PrefixCache(1 << 16) if cached else None) for _ in range(replicas)]
+    return Engine(schedulers, clock, decode_log_interval=decode_log_interval), clock
+
+
+def exposition(
+    sim_engine: Engine, counters: RequestCounters | None = None, kv_pool_tokens: int = 1000
+) -> str:
+    return render(MetricsSource(MODEL_NAME, kv_pool_tokens, sim_engine, counters or RequestCounters()))
+
+
+def series(text: str, name: str) -> Series:
+    """Every sample of the family ``name`` (as prometheus_client's parser reads it), by its label set."""
+    found = {family.name: family for family in text_string_to_metric_families(text)}
+    assert name in found, f"no family {name}"
+    return {frozenset(sample.labels.items()): sample.value for sample in found[name].samples}
+
+
+def value(text: str, name: str, labels: dict[str, str] = SCHEDULER_LABELS) -> float:
+    return series(text, name)[frozenset(labels.items())]
+
+
+def snapshots(clock: VirtualClock, times: list[float], take: Callable[[], str]) -> list[str]:
+    """``take()`` at each of ``times`` on the virtual clock, then the run to its end."""
+    taken: list[str] = []
+    for at in times:
+        clock.call_at(at, lambda: taken.append(take()))
+    clock.run()
+    return taken
+
+
+def submit(sim_engine: Engine, prompt: list[int], output: int) -> None:
+    sim_engine.submit(
+        SimRequest(prompt_tokens=len(prompt), output_limit=output, sink=Discard(), prompt=prompt)
+    )
+
+
+def test_families_have_sglangs_types_and_label_sets_and_a_counter_appears_once_counted() -> None:
+    sim_engine, _ = engine()
+    text = exposition(sim_engine)
+    families = {family.name: family for family in text_string_to_metric_families(text)}
+    for name in SCHEDULER_GAUGES:
+        assert families[name].type == "gauge"
+        assert series(text, name) == {frozenset(SCHEDULER_LABELS.items()): 0.0}
+    # Nothing has finished: SGLang's multiprocess registry has no series, and so no family, for them.
+    for name in (
+        "prompt_tokens",
+        "generation_tokens",
+        "num_requests",
+        "cached_tokens",
+        "num_aborted_requests",
+    ):
+        assert f"sglang:{name}" not in families
+    assert families["fairbench_sim_rounds"].type == "counter"
+
+    counters = RequestCounters()
+    counters.observe_finished(True, 10, 5, 3)
+    counters.observe_finished(True, 20, 1, 0)
+    counters.observe_finished(False, 7, 2, 4)
+    counters.observe_aborted()
+    text = exposition(sim_engine, counters)
+    families = {family.name: family for family in text_string_to_metric_families(text)}
+    tokenizer = {"model_name": MODEL_NAME, "engine_type": "unified"}
+
+    def by_stream(true: float, false: float) -> Series:
+        return {
+            frozenset({**tokenizer, "is_streaming": "true"}.items()): true,
+            frozenset({**tokenizer, "is_streaming": "false"}.items()): false,
+        }
+
+    for name in (
+        "prompt_tokens",
+        "generation_tokens",
+        "num_requests",
+        "cached_tokens",
+        "num_aborted_requests",
+    ):
+        family = families[f"sglang:{name}"]
+        assert family.type == "counter"
+        assert {sample.name for sample in family.samples} == {f"sglang:{name}_total"}
+    assert series(text, "sglang:prompt_tokens") == by_stream(30.0, 7.0)
+    assert series(text, "sglang:generation_tokens") == by_stream(6.0, 2.0)
+    assert series(text, "sglang:num_requests") == by_stream(2.0, 1.0)
+    assert series(text, "sglang:cached_tokens") == {
+        frozenset({**tokenizer, "cache_source": "device"}.items()): 7.0
+    }
+    assert series(text, "sglang:num_aborted_requests") == {frozenset(tokenizer.items()): 1.0}
+
+
+def test_running_and_waiting_follow_the_batch_and_the_queue_and_token_usage_the_kv_held() -> None:
+    sim_engine, clock = engine(max_running=2)
+    for first in range(5):
+        submit(sim_engine, [first, *range(99)], 10)
+    sim_engine.start()
+    # 0.001: two requests in their prefill forward (20 ms + 200 tokens: until 0.040), three waiting.
+    # 0.045: the two run (1 token each so far, a decode round at b = 2 under way), three still wait.
+    during_prefill, decoding, done = snapshots(
+        clock, [0.001, 0.045, 10.0], lambda: exposition(sim_engine, kv_pool_tokens=250)
+    )
+    assert value(during_prefill, "sglang:num_running_reqs") == 0.0
+    assert value(during_prefill, "sglang:num_queue_reqs") == 3.0
+    assert value(during_prefill, "sglang:token_usage") == 0.8
+    assert value(decoding, "sglang:num_running_reqs") == 2.0
+    assert value(decoding, "sglang:num_queue_reqs") == 3.0
+    assert value(decoding, "sglang:token_usage") == 0.81  # 202 / 250, rounded as SGLang rounds it
+    for name in ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage"):
+        assert value(done, name) == 0.0
+
+
+def test_token_usage_stays_within_0_and_1_when_the_pool_is_smaller_than_the_batch() -> None:
+    sim_engine, clock = engine()
+    for first in range(4):
+        submit(sim_engine, [first, *range(99)], 10)
+    sim_engine.start()
+    [crowded] = snapshots(clock, [0.1], lambda: exposition(sim_engine, kv_pool_tokens=100))
+    assert value(crowded, "sglang:token_usage") == 1.0
+
+
+def test_spec_accept_length_is_the_last_decode_log_intervals_mean_and_0_without_speculation() -> None:
+    def around_first_interval(speculation: Speculation | None) -> list[str]:
+        """Readings after 3 and after 4 decode rounds (30 ms of prefill, then 11 ms a round at b = 1)."""
+        sim_engine, clock = engine(speculation=speculation, decode_log_interval=4)
+        submit(sim_engine, list(range(100)), 1000)
+        sim_engine.start()
+        return snapshots(clock, [0.030 + 3.5 * 0.011, 0.030 + 4.5 * 0.011], lambda: exposition(sim_engine))
+
+    before, after = around_first_interval(Speculation(num_steps=3, num_draft_tokens=4, accept_length=2.5))
+    assert value(before, "sglang:spec_accept_length") == 0.0
+    # Four rounds gave 2, 3, 2 and 3 tokens: a mean of 2.5 a step.
+    assert value(after, "sglang:spec_accept_length") == 2.5
+    assert value(after, "sglang:gen_throughput") == pytest.approx(10 / (0.030 + 4 * 0.011))
+    without = around_first_interval(None)
+    assert [value(text, "sglang:spec_accept_length") for text in without] == [0.0, 0.0]
+    assert value(without[1], "sglang:gen_throughput") == pytest.approx(4 / (0.030 + 4 * 0.011))
+
+
+def test_cache_hit_rate_is_the_last_prefills_share_of_cached_prompt_tokens() -> None:
+    sim_engine, clock = engine(cached=True)
+    prompt = list(range(100))
+    submit(sim_engine, prompt, 1)
+    sim_engine.start()
+    clock.call_at(0.1, lambda: submit(sim_engine, prompt, 1))
+    clock.call_at(0.3, lambda: submit(sim_engine, [7, *prompt[1:]], 1))
+    first, repeated, other = snapshots(clock, [0.05, 0.2, 0.4], lambda: exposition(sim_engine))
+    assert value(first, "sglang:cache_hit_rate") == 0.0
+    # All but the prompt's last token come from the cache.
+    assert value(repeated, "sglang:cache_hit_rate") == 0.99
+    assert value(other, "sglang:cache_hit_rate") == 0.0
+
+
+def test_each_data_parallel_replica_has_its_own_series_labelled_with_its_dp_rank() -> None:
+    sim_engine, clock = engine(replicas=2, max_running=1)
+    for first in range(3):  # round robin: replica 0 gets two, replica 1 one
+        submit(sim_engine, [first, *range(99)], 50)
+    sim_engine.start()
+    [running] = snapshots(clock, [0.1], lambda: exposition(sim_engine))
+
+    def rank(dp_rank: str) -> frozenset[tuple[str, str]]:
+        return frozenset({**SCHEDULER_LABELS, "dp_rank": dp_rank}.items())
+
+    assert series(running, "sglang:num_running_reqs") == {rank("0"): 1.0, rank("1"): 1.0}
+    assert series(running, "sglang:num_queue_reqs") == {rank("0"): 1.0, rank("1"): 0.0}
+
+
+def test_label_values_are_escaped_as_the_text_format_wants() -> None:
+    sim_engine, _ = engine()
+    name = 'odd "model"\\name\nline'
+    text = render(MetricsSource(name, 1000, sim_engine, RequestCounters()))
+    [labels] = series(text, "sglang:num_running_reqs")
+    assert dict(labels)["model_name"] == name
