@@ -19,10 +19,13 @@ from tests.support.real_sglang import RealServer, start
 
 FAIRBENCH = [sys.executable, "-m", "fairbench"]
 WORKLOAD = ("--input-len", "128", "--output-len", "16", "--concurrency", "1,8", "--prompts-per-level", "16")
+# The lab's launch arguments include --enable-metrics: scraped often enough for a short point's window.
+METRICS = ("--server-metrics-interval", "0.2")
 
 
 def _sweep(url: str, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    command = [*FAIRBENCH, "sweep", "--url", url, "--out", str(out), "--progress", "lines", *WORKLOAD, *extra]
+    command = [*FAIRBENCH, "sweep", "--url", url, "--out", str(out), "--progress", "lines", *WORKLOAD]
+    command += [*METRICS, *extra]
     return subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
 
 
@@ -40,8 +43,16 @@ def test_every_request_completes_and_the_server_lives(
     assert done.returncode == 0, done.stderr + real_sglang.log_tail()
     points = [json.loads(line) for line in (out / "points.jsonl").read_text().splitlines()]
     assert [(p["max_concurrency"], p["completed"], p["failed"]) for p in points] == [(1, 16, 0), (8, 16, 0)]
-    # The server counted every output token the sweep asked for.
-    assert all(p["total_output_tokens"] == 16 * 16 for p in points)
+    # The server counted every output token the sweep asked for, and its own counters say the same.
+    assert all(p["total_output_tokens"] == 16 * 16 == p["server_generation_tokens"] for p in points)
+    if api != "chat":  # the chat template's tokens are the server's, not the sweep's
+        assert all(p["server_prompt_tokens"] == p["total_input_tokens"] == 16 * 128 for p in points)
+    # No prompt came from the cache. (On two cores, with SGLang's processes beside it, the client may lag:
+    # client_bound and a running count below C are its to raise, not this test's to forbid.)
+    flagged = {flag["flag"] for p in points for flag in p["flags"]}
+    assert not flagged & {"server_tokens_differ", "prefix_reuse"}, [p["flags"] for p in points]
+    if api == "generate":  # SGLang stamps the first chunk of each stream with its send time
+        assert all(0 <= p["server_send_gap_median_ms"] < 1000 for p in points)
     settings = json.loads((out / "sweep.json").read_text())
     if api == "chat":
         assert settings["vocabulary"] is None  # text prompts: the server's tokenizer makes the ids

@@ -136,6 +136,10 @@ def test_the_completions_sweeps_complete_inside_the_vocabulary(runs: tuple[Run, 
         ]
         vocabulary = json.loads((completions.config_dir(config) / "sweep.json").read_text())["vocabulary"]
         assert (vocabulary["size"], vocabulary["excluded"]) == (512, [511])
+        # The campaign enables SGLang's metrics: its own count of generated tokens is the sweep's.
+        assert all(
+            p["server_generation_tokens"] == p["total_output_tokens"] for p in completions.points(config)
+        ), [(p["server_generation_tokens"], p["total_output_tokens"]) for p in completions.points(config)]
 
 
 def test_a_real_crash_fails_its_config_with_sglangs_traceback_and_the_next_config_runs(
