@@ -39,7 +39,10 @@ def test_every_request_completes_and_the_server_lives(
     real_sglang: RealServer, tmp_path: Path, api: str
 ) -> None:
     out = tmp_path / api
-    done = _sweep(real_sglang.url, out, "--api", api)
+    # A seed per API: the same server serves all three, and the same prompts again would be served from
+    # its prefix cache (which the sweep flags as prefix_reuse).
+    seed = str(["completions", "generate", "chat"].index(api) + 1)
+    done = _sweep(real_sglang.url, out, "--api", api, "--seed", seed)
     assert done.returncode == 0, done.stderr + real_sglang.log_tail()
     points = [json.loads(line) for line in (out / "points.jsonl").read_text().splitlines()]
     assert [(p["max_concurrency"], p["completed"], p["failed"]) for p in points] == [(1, 16, 0), (8, 16, 0)]
