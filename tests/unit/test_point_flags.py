@@ -23,6 +23,7 @@ def point(**fields: Any) -> dict[str, Any]:
         "total_output_tokens": 25_600,
         "total_input_tokens": 12_800,
         "max_concurrency": 64,
+        "concurrency": 60.0,
         "server_generation_tokens": 25_600,
         "server_prompt_tokens": 12_800,
         "server_cached_tokens": 0,
@@ -63,8 +64,8 @@ def test_without_server_counters_nothing_is_checked() -> None:
     ("queued", "why"),
     [
         (6.0, "the server held them back"),
-        (0.5, "the client did not keep C requests in flight"),  # 57.5 held: below 90 % of 64 too
-        (0.0, "the client did not keep C requests in flight"),
+        (0.5, "the client was late sending or reading them"),  # 57.5 held: below 90 % of 64 too
+        (0.0, "the client was late sending or reading them"),
     ],
 )
 def test_running_below_90_percent_of_c_says_why(queued: float, why: str) -> None:
@@ -74,6 +75,26 @@ def test_running_below_90_percent_of_c_says_why(queued: float, why: str) -> None
     assert flag["flag"] == "running_below_concurrency"
     assert why in flag["reason"]
     assert "max_concurrency" in flag["on"]
+
+
+@pytest.mark.parametrize(
+    ("in_server", "queued", "why"),
+    [
+        (60.0, 44.0, "the server held them back"),  # 16 ran of the 60 the client had: a cap of 16
+        (40.0, 4.0, "the client was late sending or reading them"),  # 36 ran: the rest outside the server
+    ],
+)
+def test_the_servers_own_littles_law_is_held_against_what_the_client_had_in_flight(
+    in_server: float, queued: float, why: str
+) -> None:
+    # The gauge would pass (63.5 of 64): the histograms' Little's law is what counts where present.
+    measured = point(server_in_flight_mean=in_server, server_queued_mean=queued)
+    (flag,) = server_flags(measured, api="completions", closed_loop=True)
+    assert flag["flag"] == "running_below_concurrency"
+    assert why in flag["reason"] and "its own Little's law" in flag["reason"]
+    # 54 of the 60 in flight: at 90 %, no flag, though the gauge would read low.
+    steady = point(server_in_flight_mean=56.0, server_queued_mean=2.0, server_running_mean=30.0)
+    assert server_flags(steady, api="completions", closed_loop=True) == []
 
 
 def test_running_at_90_percent_of_c_or_in_an_open_loop_is_not_flagged() -> None:

@@ -63,6 +63,8 @@ def test_counters_sum_their_label_sets_gauges_sum_counts_and_average_ratios() ->
         "running": 61.0,
         "queue": 3.0,
         "token_usage": 0.5,
+        "e2e_latency_s": 4.5,
+        "queue_time_s": 0.0,  # not written yet, beside the generation counter
     }
 
 
@@ -108,6 +110,21 @@ def test_fields_are_the_counter_deltas_and_the_gauges_inside_the_window() -> Non
     assert (short["server_metric_samples"], short["server_running_mean"]) == (0, None)
     # No window (an open loop): every sample of the point.
     assert point_fields(scrapes, window=None)["server_metric_samples"] == 4
+
+
+def test_the_histograms_sums_give_the_servers_own_mean_in_flight_and_queued_by_littles_law() -> None:
+    # Over 4 s between the scrapes, finished requests spent 30 s in the server, 6 of them in its queue.
+    scrapes = PointScrapes(
+        scrape_at(1_000_000_000, e2e_latency_s=10.0, queue_time_s=1.0),
+        scrape_at(5_000_000_000, e2e_latency_s=40.0, queue_time_s=7.0),
+        [],
+        [],
+    )
+    fields = point_fields(scrapes, window=None)
+    assert fields["server_in_flight_mean"] == pytest.approx(7.5)
+    assert fields["server_queued_mean"] == pytest.approx(1.5)
+    no_histograms = point_fields(PointScrapes(scrape_at(0), scrape_at(5), [], []), window=None)
+    assert no_histograms["server_in_flight_mean"] is None
 
 
 def test_a_counter_absent_at_the_start_had_counted_nothing_yet() -> None:

@@ -7,12 +7,14 @@ A flag is ``{"flag": NAME, "on": [point keys], "reason": words}``; a point's ``f
 - ``server_tokens_differ``: the server's generation-token delta over the point (server_metrics.py) is
   not the output tokens the client received. Checked only when every request succeeded (a failed one's
   tokens are the client's to lose). Exact: both count the same finished requests.
-- ``running_below_concurrency``: in a closed loop, the server's mean of running requests over the steady
-  window is below RUNNING_SHARE_MIN of C. When the requests it held (running plus waiting in its queue)
-  are below that share too, the client did not keep C in flight; else the server held them in its queue
-  (``max-running-requests``, its KV cache, or waiting for a prefill). SGLang counts a request in the
-  middle of its prefill in neither gauge, so a workload of outputs so short that prefills take a tenth
-  of the time runs below the share by that alone: the reason says so.
+- ``running_below_concurrency``: in a closed loop, the server ran fewer than RUNNING_SHARE_MIN of the
+  requests the client had in flight. Where the server has SGLang's latency histograms, both sides by
+  Little's law over the same point: the server's requests past its queue (``server_in_flight_mean`` less
+  ``server_queued_mean``) against the client's ``concurrency`` (C, but for the point's ramp and tail).
+  When its queue holds at least half of the shortfall, the server held them back (``max-running-
+  requests``, its KV cache); else the time went outside the server: the client was late sending or
+  reading. Without the histograms, the ``num_running_reqs`` gauge's mean over the steady window against
+  C, which reads low on real SGLang (refreshed at log points only, and blind to a prefill's requests).
 - ``prefix_reuse``: the server's cached prompt tokens are a larger share of its prompt tokens than the
   workload allows (``allowed_cache_rate``): prompts were served from another point's prefix cache.
 - ``client_bound``: a client process was runnable (running, or waiting for a core) more than
@@ -73,25 +75,8 @@ def server_flags(point: Mapping[str, Any], *, api: str, closed_loop: bool) -> li
                 f"{received:,}: another client used the server, or tokens were lost between them",
             )
         )
-    running = point.get("server_running_mean")
-    concurrency = point["max_concurrency"]
-    if closed_loop and running is not None and running < RUNNING_SHARE_MIN * concurrency:
-        queued = point.get("server_queue_mean") or 0.0
-        why = (
-            f"with {queued:.1f} waiting in its queue it held {running + queued:.1f}: the client did not "
-            "keep C requests in flight, or they were in their prefill (counted in neither)"
-            if running + queued < RUNNING_SHARE_MIN * concurrency
-            else f"{queued:.1f} waited in its queue on average: the server held them back "
-            "(max-running-requests, its KV cache, or waiting for a prefill)"
-        )
-        flags.append(
-            _flag(
-                "running_below_concurrency",
-                RUNNING_ON,
-                f"the server ran {running:.1f} requests on average, {running / concurrency:.0%} of "
-                f"C={concurrency} (below {RUNNING_SHARE_MIN:.0%}); {why}",
-            )
-        )
+    if closed_loop and (flag := _running_flag(point)) is not None:
+        flags.append(flag)
     cached, prompt = point.get("server_cached_tokens"), point.get("server_prompt_tokens")
     if cached is not None and prompt:
         completed = max(point["completed"], 1)
@@ -107,6 +92,39 @@ def server_flags(point: Mapping[str, Any], *, api: str, closed_loop: bool) -> li
                 )
             )
     return flags
+
+
+def _running_flag(point: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``running_below_concurrency`` for a closed-loop point, or None."""
+    in_server, queued = point.get("server_in_flight_mean"), point.get("server_queued_mean")
+    if in_server is not None and queued is not None:
+        running, wanted = in_server - queued, point["concurrency"]
+        what = (
+            f"the server ran {running:.1f} requests on average over the point (its own Little's law, "
+            f"time in it less time queued), {running / max(wanted, 1e-9):.0%} of the {wanted:.1f} the "
+            f"client had in flight (below {RUNNING_SHARE_MIN:.0%})"
+        )
+        held = queued >= (wanted - running) / 2
+    else:
+        running, wanted = point.get("server_running_mean"), point["max_concurrency"]
+        if running is None:
+            return None
+        queued = point.get("server_queue_mean") or 0.0
+        what = (
+            f"the server's running-requests gauge read {running:.1f} on average, "
+            f"{running / wanted:.0%} of C={wanted} (below {RUNNING_SHARE_MIN:.0%})"
+        )
+        held = running + queued >= RUNNING_SHARE_MIN * wanted
+    if running >= RUNNING_SHARE_MIN * wanted:
+        return None
+    why = (
+        f"{queued:.1f} waited in its queue on average: the server held them back "
+        "(max-running-requests, its KV cache, or waiting for a prefill)"
+        if held
+        else f"only {queued:.1f} waited in its queue: the time went outside the server, the client was "
+        "late sending or reading them"
+    )
+    return _flag("running_below_concurrency", RUNNING_ON, f"{what}; {why}")
 
 
 def client_flags(processes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -37,6 +37,12 @@ COUNTERS = {
     "sglang:cached_tokens": "cached_tokens",
 }
 """Counter families (``prometheus_client`` names them without ``_total``) and the point's name for each."""
+HISTOGRAM_SUMS = {
+    "sglang:e2e_request_latency_seconds": "e2e_latency_s",
+    "sglang:queue_time_seconds": "queue_time_s",
+}
+"""Histograms whose ``_sum`` is read: the seconds finished requests spent in the server, and in its queue.
+Counted like the counters (the sum grows as requests finish or leave the queue)."""
 SUMMED_GAUGES = {"sglang:num_running_reqs": "running", "sglang:num_queue_reqs": "queue"}
 AVERAGED_GAUGES = {"sglang:token_usage": "token_usage", "sglang:spec_accept_length": "spec_accept_length"}
 
@@ -59,6 +65,9 @@ def parse_metrics(text: str) -> dict[str, float]:
         if family.name in COUNTERS:
             total_name = family.name + "_total"
             values[COUNTERS[family.name]] = sum(s.value for s in family.samples if s.name == total_name)
+        elif family.name in HISTOGRAM_SUMS:
+            sum_name = family.name + "_sum"
+            values[HISTOGRAM_SUMS[family.name]] = sum(s.value for s in family.samples if s.name == sum_name)
         elif family.name in SUMMED_GAUGES:
             values[SUMMED_GAUGES[family.name]] = sum(sample.value for sample in family.samples)
         elif family.name in AVERAGED_GAUGES:
@@ -69,7 +78,7 @@ def parse_metrics(text: str) -> dict[str, float]:
     if "generation_tokens" in values:
         # SGLang writes a labelled counter only once it has counted something (a cached token, say):
         # beside its generation counter, one not written yet is 0.
-        for key in COUNTERS.values():
+        for key in (*COUNTERS.values(), *HISTOGRAM_SUMS.values()):
             values.setdefault(key, 0.0)
     return values
 
@@ -161,6 +170,12 @@ def point_fields(scrapes: PointScrapes, window: tuple[int, int] | None) -> dict[
     - server_{prompt,generation,cached}_tokens = the counter at the end scrape - at the start scrape (0
       where the start scrape did not have it yet); None when either scrape failed or the end scrape has
       no such counter
+    - server_in_flight_mean = the e2e latency histogram's sum at the end - at the start, over the seconds
+      between the two scrapes: by Little's law the mean number of requests in the server over the point,
+      from its receipt of each to its finish; server_queued_mean likewise from the queue-time histogram,
+      the mean number waiting in its queue. Both from counters, exact where the gauges are not: SGLang
+      refreshes ``num_running_reqs`` only at its log points, and counts a prefill's own requests in
+      neither gauge. None without those histograms
     - server_{running,queue}_{mean,max}, server_token_usage_{mean,max}: over the samples taken in
       ``window`` (a closed loop's steady window: every stream active; the ramp and the tail would read
       low), or over all of the point's samples without one (an open loop); None without samples
@@ -172,10 +187,21 @@ def point_fields(scrapes: PointScrapes, window: tuple[int, int] | None) -> dict[
     before, after = scrapes.before, scrapes.after
     start = before.values if isinstance(before, Scrape) else {}
     end = after.values if isinstance(after, Scrape) else {}
-    for key in COUNTERS.values():
+
+    def delta(key: str) -> float | None:
         # Absent at the start is not counted yet (a fresh server has written no counter): 0.
         known = isinstance(before, Scrape) and key in end
-        fields[f"server_{key}"] = round(end[key] - start.get(key, 0.0)) if known else None
+        return end[key] - start.get(key, 0.0) if known else None
+
+    for key in COUNTERS.values():
+        counted = delta(key)
+        fields[f"server_{key}"] = None if counted is None else round(counted)
+    span_s = (
+        (after.t_ns - before.t_ns) / 1e9 if isinstance(before, Scrape) and isinstance(after, Scrape) else 0
+    )
+    for field, key in (("server_in_flight_mean", "e2e_latency_s"), ("server_queued_mean", "queue_time_s")):
+        seconds = delta(key)
+        fields[field] = seconds / span_s if seconds is not None and span_s > 0 else None
     samples = scrapes.samples
     if window is not None:
         samples = [sample for sample in samples if window[0] <= sample.t_ns < window[1]]
