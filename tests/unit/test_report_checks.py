@@ -260,3 +260,13 @@ def test_two_runs_number_their_flags_over_both(tmp_path: Path) -> None:
     assert '<a id="flag-1"></a>⚑1 **ep4** at C=16' in section(report, "### Measurement checks of run run1")
     assert '<a id="flag-2"></a>⚑2 **ep4** at C=16' in section(report, "### Measurement checks of run run2")
     assert report.count('<a id="flag-') == 2 and "flag-3" not in report
+
+
+def test_running_is_the_servers_own_littles_law_where_it_has_the_histograms(tmp_path: Path) -> None:
+    # The gauge reads 5.5 of 8 (SGLang refreshes it at log points); its histograms say 7.5 ran of the 7.9
+    # the client had in flight, with 0.2 queued.
+    littles_law = {"server_in_flight_mean": 7.7, "server_queued_mean": 0.2, "concurrency": 7.9}
+    point = checked_point(8, server_running_mean=5.5) | littles_law
+    report = markdown(load_run(write_run(tmp_path, {"ep4": [point]}, workload={"concurrency": [8]})))
+    row = table(section(section(report, "## Measurement checks"), "### ep4"))["8"]
+    assert (row["running (share of C)"], row["queued"]) == ("7.5 (95 %)", "0.2")

@@ -37,8 +37,10 @@ NOT_CHECKED = "no point records the checks (measured before fairbench made them)
 CHECKS_NOTE = (
     "What the server's own counters (its `/metrics`, over each point) and the client's own use say of the "
     "points, each level over its repeats. **tokens**: the output tokens the client received / those the "
-    "server generated (means), and whether each repeat's agree; **running**: the server's mean of running "
-    "requests over the steady window, and its share of C; **queued**: its mean of queued requests; "
+    "server generated (means), and whether each repeat's agree; **running**: the requests the server ran "
+    "on average, by its own Little's law over the point (its latency histograms: time in it less time "
+    "queued) and their share of what the client had in flight, or where it has no histograms its running "
+    "gauge's mean over the steady window and its share of C; **queued**: the same of its queue; "
     "**cache hit**: the server's cached prompt tokens / its prompt tokens; **client runnable**: the "
     "largest share of a point that a client process ran or waited for a core; **loop lag**: how late its "
     "event loop woke, mean / p99; **send gap**: the client's read of a `/generate` stream's first chunk "
@@ -84,21 +86,26 @@ def _tokens(line: Headline, level: Level, marks: FlagMarks) -> str:
     return text + marks.mark(line, level, OUTPUT_TOKENS)
 
 
-def _running(level: Level) -> str:
-    """``61.2 (96 %)``: the mean of the repeats' running means, and of their shares of C."""
-    found = [
-        (point["server_running_mean"], point["server_running_mean"] / point["max_concurrency"])
-        for point in level.points
-        if point.get("server_running_mean") is not None
-    ]
+def _running_of(point: dict[str, Any]) -> tuple[float, float, float] | None:
+    """(running, its share, queued) of one point: by the server's own Little's law against what the client
+    had in flight where the server has the histograms, else the gauges' means against C; None without
+    either (the same figures as ``measure.point_flags``' running check)."""
+    in_server, queued = point.get("server_in_flight_mean"), point.get("server_queued_mean")
+    if in_server is not None and queued is not None and point.get("concurrency"):
+        return in_server - queued, (in_server - queued) / point["concurrency"], queued
+    if point.get("server_running_mean") is None:
+        return None
+    running = point["server_running_mean"]
+    return running, running / point["max_concurrency"], point.get("server_queue_mean") or 0.0
+
+
+def _running(level: Level) -> tuple[str, str]:
+    """``61.2 (96 %)`` and ``0.3``: the means over the repeats of running, its share, and queued."""
+    found = [figures for point in level.points if (figures := _running_of(point)) is not None]
     if not found:
-        return "-"
-    return f"{mean(running for running, _ in found):.1f} ({100 * mean(share for _, share in found):.0f} %)"
-
-
-def _mean_of(level: Level, key: str, digits: int) -> str:
-    values = _values(level, key)
-    return f"{mean(values):,.{digits}f}" if values else "-"
+        return "-", "-"
+    running = f"{mean(f[0] for f in found):.1f} ({100 * mean(f[1] for f in found):.0f} %)"
+    return running, f"{mean(f[2] for f in found):.1f}"
 
 
 def _cache_hit(level: Level) -> str:
@@ -152,8 +159,7 @@ def check_table(line: Headline, marks: FlagMarks) -> Table:
         [
             loop.cell(level) + marks.mark(line, level, level.load_key),
             _tokens(line, level, marks),
-            _running(level),
-            _mean_of(level, "server_queue_mean", 1),
+            *_running(level),
             _cache_hit(level),
             _processes(level),
             _runnable(level),
