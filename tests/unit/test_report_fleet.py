@@ -18,7 +18,7 @@ from statistics import mean, stdev
 from typing import Any
 
 import pytest
-from tests.support.report_files import unmarked
+from tests.support.report_files import section, table, unmarked
 from tests.support.results_tree import (
     BRIEF_WORKLOAD,
     DEMO,
@@ -83,24 +83,6 @@ def markdown(*runs: Run) -> str:
     """The report's Markdown, without the marks of the measurement checks (``unmarked``)."""
     _, blocks = report_blocks(list(runs), headlines(list(runs)), [])
     return unmarked(render_markdown(blocks))
-
-
-def section(report: str, heading: str) -> str:
-    """The text under ``heading`` up to the next heading of the same or a higher level."""
-    level = heading.split(" ", maxsplit=1)[0]
-    rest = report[report.index(heading + "\n") + len(heading) + 1 :]
-    ends = [rest.find(f"\n{'#' * size} ") for size in range(1, len(level) + 1)]
-    return rest[: min([end for end in ends if end >= 0], default=len(rest))]
-
-
-def table(text: str) -> dict[str, dict[str, str]]:
-    """The first Markdown table of ``text``: its rows by their first cell, each as {header: cell}."""
-    lines = list(
-        itertools.takewhile(lambda line: line.startswith("|"), text[text.index("\n|") + 1 :].splitlines())
-    )
-    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
-    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
-    return {row[0]: dict(zip(header, row, strict=True)) for row in rows}
 
 
 def comparison_pairs(report: str) -> list[tuple[str, str]]:
