@@ -1,4 +1,5 @@
-"""Shared by the benchmarks: the test server in a pinned process, and pinned client processes."""
+"""Shared by the benchmarks: the test server in a pinned process, pinned client processes, and their CPU
+from /proc."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ import os
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 SERVER_CPU, CLIENT_CPU = 0, 1
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 class Server:
@@ -45,8 +48,44 @@ class Server:
         self.process.wait(timeout=10)
 
 
-def spawn_pinned(command: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
-    """Start a client process on CLIENT_CPU (pinned right after the fork: its start-up is not timed)."""
+def spawn_pinned(
+    command: list[str], cpus: Collection[int] = (CLIENT_CPU,), **kwargs: Any
+) -> subprocess.Popen[bytes]:
+    """Start a client process on ``cpus`` (pinned right after the fork: its start-up is not timed; the
+    processes it starts inherit them)."""
     process = subprocess.Popen(command, **kwargs)
-    os.sched_setaffinity(process.pid, {CLIENT_CPU})
+    os.sched_setaffinity(process.pid, cpus)
     return process
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(parent pid, utime + stime in nanoseconds) of a process from /proc (None once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) * 1_000_000_000 // CLOCK_TICKS
+
+
+def tree_cpu_ns(root: int) -> int | None:
+    """CPU nanoseconds of ``root`` and every live process under it, from /proc (None once root is gone).
+
+    Only pids above root's are looked at: a child's pid is higher than its parent's, short of the pid
+    counter wrapping around, which a benchmark's run does not see.
+    """
+    stat = _stat(root)
+    if stat is None:
+        return None
+    tree, total = {root}, stat[1]
+    for pid in sorted(int(name) for name in os.listdir("/proc") if name.isdigit() and int(name) > root):
+        child = _stat(pid)
+        if child is not None and child[0] in tree:
+            tree.add(pid)
+            total += child[1]
+    return total
+
+
+def cpu_ns(pid: int) -> int | None:
+    """CPU nanoseconds (user + system) of one process from /proc (None once it is gone)."""
+    stat = _stat(pid)
+    return None if stat is None else stat[1]

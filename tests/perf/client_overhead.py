@@ -41,13 +41,12 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from _harness import CLIENT_CPU, REPO, SERVER_CPU, Server, spawn_pinned
+from _harness import CLIENT_CPU, REPO, SERVER_CPU, Server, cpu_ns, spawn_pinned
 
 sys.path.insert(0, str(REPO))
 
 from tests.support.sweep_accuracy import TARGET_MS
 
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 VOCAB_SIZE = 30000
 """The test server has no model files to learn a vocabulary from: token ids from an explicit range."""
 
@@ -60,15 +59,6 @@ class Setting:
 
 
 SETTINGS = (Setting("realistic", 100.0, 20.0), Setting("saturated", 0.0, 0.0))
-
-
-def cpu_ns(pid: int) -> int | None:
-    """utime + stime of a process from /proc, in nanoseconds (None once it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) * 1_000_000_000 // CLOCK_TICKS
 
 
 def run_fairbench(url: str, out: Path, requests: int, profile: Path | None) -> dict[str, Any]:

@@ -506,6 +506,7 @@ def test_config_round_trips_through_the_command_line() -> None:
         api_key="k",
         keep_alive_timeout_s=0.0,
         record_chunk_times=False,
+        reuse_port=True,
         send_times_file="/tmp/x.json",
         cpu=1,
     )

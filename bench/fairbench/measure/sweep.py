@@ -66,7 +66,9 @@ from fairbench.measure.workload import MIN_PROMPTS_PER_LEVEL, Workload, Workload
 
 STREAMS_PER_CLIENT_PROCESS = 128
 """The default number of client processes gives each at most this many streams in flight (see
-``default_client_processes``)."""
+``default_client_processes``). One process reads one token per network read for about 20-26 us of CPU
+(tests/perf/client_scaling.py): 128 streams of 200 tokens/s each, the fastest a GPU server decodes for
+one stream, keep it near half of its core, well below point_flags' client_bound share."""
 
 # sglang.bench_serving's name for each API, so its tooling reads our points.
 BACKEND_NAMES = {"completions": "sglang-oai", "chat": "sglang-oai-chat", "generate": "sglang"}

@@ -48,6 +48,11 @@ def build_arg_parser() -> argparse.ArgumentParser:
     add("--no-chunk-times", action="store_true", help="record only the first chunk's send time")
     add("--send-times-file", default=None, help="write the send-time records here (JSON) at exit")
     add("--cpu", type=int, default=None, help="pin the server to this CPU")
+    add(
+        "--reuse-port",
+        action="store_true",
+        help="bind with SO_REUSEPORT: start several servers on one --port and the kernel spreads connections",
+    )
     return parser
 
 
@@ -71,6 +76,7 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
             record_chunk_times=not ns.no_chunk_times,
             send_times_file=ns.send_times_file,
             cpu=ns.cpu,
+            reuse_port=ns.reuse_port,
         )
     except ValueError as error:
         parser.error(str(error))

@@ -26,6 +26,9 @@ class ServerConfig:
     record_chunk_times: bool = True
     send_times_file: str | None = None
     cpu: int | None = None
+    reuse_port: bool = False
+    """Bind with SO_REUSEPORT: several server processes on one port, the kernel spreading connections
+    over them (one port's traffic served by several cores)."""
 
     def __post_init__(self) -> None:
         if self.first_token_ms < 0 or self.chunk_gap_ms < 0:
@@ -62,4 +65,6 @@ class ServerConfig:
             args.append(f"--send-times-file={self.send_times_file}")
         if self.cpu is not None:
             args.append(f"--cpu={self.cpu}")
+        if self.reuse_port:
+            args.append("--reuse-port")
         return args

@@ -66,6 +66,7 @@ class SSEServer:
             self.config.port,
             backlog=4096,
             reuse_address=True,
+            reuse_port=self.config.reuse_port,
         )
         self._port = self._server.sockets[0].getsockname()[1]
 
