@@ -131,10 +131,11 @@ Labels = frozenset[tuple[str, str]]
 
 def prometheus_samples(text: str) -> dict[str, dict[Labels, float]]:
     """Prometheus text exposition (format 0.0.4) read by prometheus_client's parser into sample name ->
-    label set -> value; a sample outside a family of its TYPE, or a series twice, fails the test."""
+    label set -> value (a histogram's as ``_bucket`` with its ``le``, ``_count`` and ``_sum``); a sample
+    outside a family of its TYPE, or a series twice, fails the test."""
     samples: dict[str, dict[Labels, float]] = {}
     for family in text_string_to_metric_families(text):
-        assert family.type in ("gauge", "counter"), f"{family.name}: no TYPE line of its own"
+        assert family.type in ("gauge", "counter", "histogram"), f"{family.name}: no TYPE line of its own"
         for sample in family.samples:
             series = samples.setdefault(sample.name, {})
             labels = frozenset(sample.labels.items())
@@ -668,7 +669,8 @@ TOKENIZER_LABELS = {"model_name": "sim/test-model", "engine_type": "unified"}
 
 
 def counter_value(metrics: bytes, name: str, labels: dict[str, str]) -> float:
-    """A counter's series, 0 while it has none: SGLang's registry shows a series once something counted."""
+    """A counter's (or a histogram's ``_count`` or ``_sum``) series, 0 while it has none: SGLang's registry
+    shows a series once something counted."""
     return prometheus_samples(metrics.decode()).get(name, {}).get(frozenset(labels.items()), 0.0)
 
 
@@ -776,6 +778,63 @@ def test_metrics_count_each_finished_request_once_and_read_the_batch_the_queue_a
     assert sum(cached for _, _, cached in reported) == 0
     device = {**TOKENIZER_LABELS, "cache_source": "device"}
     assert counter_delta(before, after, "sglang:cached_tokens_total", device) == 0
+
+
+def test_the_latency_and_queue_time_sums_are_the_seconds_requests_spent_in_the_server_and_its_queue(
+    tmp_path: Path,
+) -> None:
+    """Three requests one after another, then three at once on a server that runs one at a time, four times
+    faster than the model: the histograms' sums are in the seconds the client sees."""
+    scale = 0.25
+    flags = ["--enable-metrics", "--sim-profile", slow_profile(tmp_path), "--max-running-requests", "1"]
+    # Alone, a request takes a 12-token prefill (20 ms + 12 ms) and 4 decode steps at b = 1 (40 ms).
+    service_s = (0.032 + 4 * 0.040) * scale
+    e2e = "sglang:e2e_request_latency_seconds"
+    queue = "sglang:queue_time_seconds"
+
+    def latency(result: Streamed) -> float:
+        assert result.events[-1] == "[DONE]"
+        return (result.arrival_ns[-1] - result.sent_ns) / 1e9
+
+    with running_sim(*flags, "--sim-time-scale", str(scale)) as sim:
+
+        async def scenario() -> tuple[list[bytes], list[Streamed], list[Streamed]]:
+            async with session() as client:
+                url = f"{sim.url}/v1/completions"
+                readings = [(await get(client, f"{sim.url}/metrics"))[1]]
+                alone = [await stream(client, url, completion_body(prompt=[n, *range(11)])) for n in range(3)]
+                readings.append((await get(client, f"{sim.url}/metrics"))[1])
+                together = await asyncio.gather(
+                    *(stream(client, url, completion_body(prompt=[10 + n, *range(11)])) for n in range(3))
+                )
+                readings.append((await get(client, f"{sim.url}/metrics"))[1])
+                assert (await get(client, f"{sim.url}/health_generate"))[0] == 200
+                readings.append((await get(client, f"{sim.url}/metrics"))[1])
+                return readings, alone, together
+
+        (before, after_alone, after_together, after_health), alone, together = asyncio.run(scenario())
+
+    for first, then, results in ((before, after_alone, alone), (after_alone, after_together, together)):
+        assert counter_delta(first, then, f"{e2e}_count", streaming(True)) == len(results) == 3
+        # The server's latency runs from the request's arrival to its end: the client's, less a few ms.
+        client_total = sum(map(latency, results))
+        assert counter_delta(first, then, f"{e2e}_sum", streaming(True)) == pytest.approx(
+            client_total, abs=3 * 0.005
+        )
+        assert counter_delta(first, then, f"{queue}_count", SCHEDULER_LABELS) == 3
+    # One after another, each finds the engine idle and waits for nothing.
+    assert counter_delta(before, after_alone, f"{queue}_sum", SCHEDULER_LABELS) == 0.0
+    # At once: the second waits for the first, the third for both (less the few ms between arrivals), and
+    # every request's time in the server is its wait plus its own service.
+    waited = counter_delta(after_alone, after_together, f"{queue}_sum", SCHEDULER_LABELS)
+    assert waited == pytest.approx(3 * service_s, abs=0.015)
+    in_server = counter_delta(after_alone, after_together, f"{e2e}_sum", streaming(True))
+    assert in_server - waited == pytest.approx(3 * service_s, abs=3 * 0.005)
+    # The health check's probe stays out of the latency, as in SGLang; its scheduler times its queue (0 s,
+    # on an idle engine) as any other request's.
+    assert counter_delta(after_together, after_health, f"{e2e}_count", streaming(True)) == 0
+    assert counter_delta(after_together, after_health, f"{queue}_count", SCHEDULER_LABELS) == 1
+    assert counter_delta(after_together, after_health, f"{queue}_sum", SCHEDULER_LABELS) == 0.0
 
 
 def test_a_repeated_prompt_adds_its_cached_prefix_to_cached_tokens_total(generic_sim: Sim) -> None:

@@ -8,7 +8,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fairbench.sim.engine import Engine, Scheduler, SchedulerLimits, SimRequest, VirtualClock
-from fairbench.sim.metrics import MetricsSource, RequestCounters, render
+from fairbench.sim.metrics import MetricsSource, QueueTimes, RequestCounters, render
 from fairbench.sim.model import LayoutCost, PerformanceModel, Speculation
 from fairbench.sim.prefix_cache import PrefixCache
 
@@ -42,6 +42,8 @@ def engine(
     speculation: Speculation | None = None,
     cached: bool = False,
     decode_log_interval: int = 40,
+    time_scale: float = 1.0,
+    queue_times: QueueTimes | None = None,
 ) -> tuple[Engine, VirtualClock]:
     model = PerformanceModel(
         layout="test",
@@ -55,13 +57,27 @@ def engine(
     limits = SchedulerLimits(max_running, 8192, 1, 1)
     clock = VirtualClock()
     schedulers = [Scheduler(model, limits, PrefixCache(1 << 16) if cached else None) for _ in range(replicas)]
-    return Engine(schedulers, clock, decode_log_interval=decode_log_interval), clock
+    sim_engine = Engine(
+        schedulers,
+        clock,
+        time_scale,
+        decode_log_interval,
+        on_queue_exit=queue_times.observe if queue_times is not None else None,
+    )
+    return sim_engine, clock
 
 
 def exposition(
-    sim_engine: Engine, counters: RequestCounters | None = None, kv_pool_tokens: int = 1000
+    sim_engine: Engine,
+    counters: RequestCounters | None = None,
+    kv_pool_tokens: int = 1000,
+    queue_times: QueueTimes | None = None,
 ) -> str:
-    return render(MetricsSource(MODEL_NAME, kv_pool_tokens, sim_engine, counters or RequestCounters()))
+    return render(
+        MetricsSource(
+            MODEL_NAME, kv_pool_tokens, sim_engine, counters or RequestCounters(), queue_times or QueueTimes()
+        )
+    )
 
 
 def series(text: str, name: str) -> Series:
@@ -104,14 +120,16 @@ def test_families_have_sglangs_types_and_label_sets_and_a_counter_appears_once_c
         "num_requests",
         "cached_tokens",
         "num_aborted_requests",
+        "e2e_request_latency_seconds",
+        "queue_time_seconds",
     ):
         assert f"sglang:{name}" not in families
     assert families["fairbench_sim_rounds"].type == "counter"
 
     counters = RequestCounters()
-    counters.observe_finished(True, 10, 5, 3)
-    counters.observe_finished(True, 20, 1, 0)
-    counters.observe_finished(False, 7, 2, 4)
+    counters.observe_finished(True, 10, 5, 3, 0.5)
+    counters.observe_finished(True, 20, 1, 0, 0.25)
+    counters.observe_finished(False, 7, 2, 4, 3.0)
     counters.observe_aborted()
     text = exposition(sim_engine, counters)
     families = {family.name: family for family in text_string_to_metric_families(text)}
@@ -140,6 +158,98 @@ def test_families_have_sglangs_types_and_label_sets_and_a_counter_appears_once_c
         frozenset({**tokenizer, "cache_source": "device"}.items()): 7.0
     }
     assert series(text, "sglang:num_aborted_requests") == {frozenset(tokenizer.items()): 1.0}
+    latency = histograms(text, "sglang:e2e_request_latency_seconds")
+    assert {labels: (count, total) for labels, (_, count, total) in latency.items()} == {
+        frozenset({**tokenizer, "is_streaming": "true"}.items()): (2.0, 0.75),
+        frozenset({**tokenizer, "is_streaming": "false"}.items()): (1.0, 3.0),
+    }
+
+
+# The buckets' bounds as SGLang's prometheus_client writes them in ``le``.
+E2E_LE = [
+    *("0.1", "0.2", "0.4", "0.6", "0.8", "1.0", "2.0", "4.0", "6.0", "8.0", "10.0", "20.0", "40.0"),
+    *("60.0", "80.0", "100.0", "200.0", "400.0", "600.0", "1200.0", "1800.0", "2400.0", "+Inf"),
+]
+QUEUE_LE = [
+    *("0.0", "0.001", "0.005", "0.01", "0.05", "0.1", "0.2", "0.5", "1.0", "2.0", "3.0", "4.0", "5.0"),
+    *("10.0", "15.0", "20.0", "30.0", "40.0", "50.0", "60.0", "70.0", "80.0", "90.0", "100.0", "200.0"),
+    *("300.0", "400.0", "500.0", "600.0", "700.0", "800.0", "900.0", "1000.0", "1200.0", "1400.0"),
+    *("1600.0", "1800.0", "2000.0", "2500.0", "3000.0", "+Inf"),
+]
+
+Histograms = dict[frozenset[tuple[str, str]], tuple[dict[str, float], float, float]]
+
+
+def histograms(text: str, name: str) -> Histograms:
+    """The histogram family ``name``: per label set its cumulative bucket counts by ``le``, its count and its
+    sum; a family of another type, or a sample other than these three, fails the test."""
+    found = {family.name: family for family in text_string_to_metric_families(text)}
+    assert found[name].type == "histogram"
+    buckets: dict[frozenset[tuple[str, str]], dict[str, float]] = {}
+    totals: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
+    for sample in found[name].samples:
+        labels = {key: label for key, label in sample.labels.items() if key != "le"}
+        key = frozenset(labels.items())
+        if sample.name == f"{name}_bucket":
+            buckets.setdefault(key, {})[sample.labels["le"]] = sample.value
+        else:
+            assert sample.name in (f"{name}_count", f"{name}_sum"), sample
+            totals[sample.name.removeprefix(name), key] = sample.value
+    return {key: (by_le, totals["_count", key], totals["_sum", key]) for key, by_le in buckets.items()}
+
+
+def test_a_histogram_is_written_as_sglangs_multiprocess_registry_writes_it() -> None:
+    """Per series its sum, its buckets (cumulative, in SGLang's bounds, then +Inf), its count; no _created."""
+    queue_times = QueueTimes()
+    sim_engine, clock = engine(queue_times=queue_times)
+    submit(sim_engine, list(range(10)), 1)
+    sim_engine.start()
+    clock.run()
+    counters = RequestCounters()
+    counters.observe_finished(False, 10, 1, 0, 0.6)
+    counters.observe_finished(False, 10, 1, 0, 2500.0)
+    lines = exposition(sim_engine, counters, queue_times=queue_times).splitlines()
+
+    def family_lines(
+        name: str, *, labels: str, help_text: str, sum_text: str, buckets: list[tuple[str, float]]
+    ) -> list[str]:
+        """HELP, TYPE, then the one series: ``labels`` has a ``{le}`` where the ``le`` label goes."""
+
+        def sample(suffix: str, value: float, le: str | None = None) -> str:
+            le_label = f'le="{le}",' if le is not None else ""
+            return f"{name}_{suffix}{{{labels.format(le=le_label)}}} {value}"
+
+        return [
+            f"# HELP {name} {help_text}",
+            f"# TYPE {name} histogram",
+            f"{name}_sum{{{labels.format(le='')}}} {sum_text}",
+            *(sample("bucket", count, le) for le, count in buckets),
+            sample("count", buckets[-1][1]),
+        ]
+
+    def located(expected: list[str]) -> list[str]:
+        at = lines.index(expected[0])
+        return lines[at : at + len(expected)]
+
+    # 0.6 falls in le="0.6" (a bound holds the values up to it), 2500 past the last bound.
+    e2e = family_lines(
+        "sglang:e2e_request_latency_seconds",
+        labels=f'engine_type="unified",is_streaming="false",{{le}}model_name="{MODEL_NAME}"',
+        help_text="Histogram of End-to-end request latency in seconds",
+        sum_text="2500.6",
+        buckets=list(zip(E2E_LE, [0.0] * 3 + [1.0] * 19 + [2.0], strict=True)),
+    )
+    assert located(e2e) == e2e
+    # The one request met an idle engine: it waited 0 s, which the first bucket, le="0.0", holds.
+    queue = family_lines(
+        "sglang:queue_time_seconds",
+        labels=f'engine_type="unified",{{le}}model_name="{MODEL_NAME}",moe_ep_rank="0",pp_rank="0",tp_rank="0"',
+        help_text="Histogram of queueing time in seconds.",
+        sum_text="0.0",
+        buckets=[(le, 1.0) for le in QUEUE_LE],
+    )
+    assert located(queue) == queue
+    assert not [line for line in lines if "_created" in line]
 
 
 def test_running_and_waiting_follow_the_batch_and_the_queue_and_token_usage_the_kv_held() -> None:
@@ -217,9 +327,69 @@ def test_each_data_parallel_replica_has_its_own_series_labelled_with_its_dp_rank
     assert series(running, "sglang:num_queue_reqs") == {rank("0"): 1.0, rank("1"): 0.0}
 
 
+def queue_time(text: str, labels: dict[str, str] = SCHEDULER_LABELS) -> tuple[dict[str, float], float, float]:
+    """One scheduler's ``sglang:queue_time_seconds``: its buckets by ``le``, its count, its sum."""
+    return histograms(text, "sglang:queue_time_seconds")[frozenset(labels.items())]
+
+
+def five_requests_waiting_at_once(max_running: int, time_scale: float = 1.0) -> str:
+    """Five 100-token prompts of 10 output tokens queued before the engine starts; ``/metrics`` at the end."""
+    queue_times = QueueTimes()
+    sim_engine, clock = engine(max_running=max_running, time_scale=time_scale, queue_times=queue_times)
+    for first in range(5):
+        submit(sim_engine, [first, *range(99)], 10)
+    sim_engine.start()
+    clock.run()
+    return exposition(sim_engine, queue_times=queue_times)
+
+
+def test_queue_time_is_each_requests_wait_from_its_arrival_to_its_prefill() -> None:
+    # All five fit in the batch: one prefill admits them all at once.
+    by_le, count, total = queue_time(five_requests_waiting_at_once(max_running=8))
+    assert (count, total, by_le["0.0"]) == (5.0, 0.0, 5.0)
+    # Two at a time: a pair's prefill (20 ms + 200 tokens = 40 ms) and 9 decode steps at b = 2 (12 ms)
+    # free the batch at 148 ms; the next pair waits that long, the last one twice that.
+    expected_waits = [0.0, 0.0, 0.148, 0.148, 0.296]
+    by_le, count, total = queue_time(five_requests_waiting_at_once(max_running=2))
+    assert count == 5.0
+    assert total == pytest.approx(sum(expected_waits))
+    assert [by_le[le] for le in ("0.0", "0.1", "0.2", "0.5")] == [2.0, 2.0, 4.0, 5.0]
+    # In the server's seconds: --sim-time-scale 2 doubles every round, and so every wait.
+    _, _, scaled = queue_time(five_requests_waiting_at_once(max_running=2, time_scale=2.0))
+    assert scaled == pytest.approx(2 * sum(expected_waits))
+
+
+def test_a_request_that_arrives_during_a_round_waits_for_its_end() -> None:
+    queue_times = QueueTimes()
+    sim_engine, clock = engine(queue_times=queue_times)
+    submit(sim_engine, list(range(100)), 10)
+    sim_engine.start()
+    # The first one's prefill ends at 30 ms, its first decode step (11 ms) at 41 ms, the second at 52 ms.
+    clock.call_at(0.045, lambda: submit(sim_engine, [7, *range(99)], 10))
+    clock.run()
+    _, count, total = queue_time(exposition(sim_engine, queue_times=queue_times))
+    assert count == 2.0
+    assert total == pytest.approx(0.052 - 0.045)
+
+
+def test_each_data_parallel_replica_observes_its_own_queue_time() -> None:
+    queue_times = QueueTimes()
+    sim_engine, clock = engine(replicas=2, max_running=1, queue_times=queue_times)
+    for first in range(3):  # round robin: replica 0 gets two, replica 1 one
+        submit(sim_engine, [first, *range(99)], 50)
+    sim_engine.start()
+    clock.run()
+    text = exposition(sim_engine, queue_times=queue_times)
+    # Replica 0's second request waits for its first: a 30 ms prefill and 49 decode steps of 11 ms.
+    for dp_rank, wanted_count, wanted_total in (("0", 2.0, 0.030 + 49 * 0.011), ("1", 1.0, 0.0)):
+        _, count, total = queue_time(text, {**SCHEDULER_LABELS, "dp_rank": dp_rank})
+        assert count == wanted_count
+        assert total == pytest.approx(wanted_total)
+
+
 def test_label_values_are_escaped_as_the_text_format_wants() -> None:
     sim_engine, _ = engine()
     name = 'odd "model"\\name\nline'
-    text = render(MetricsSource(name, 1000, sim_engine, RequestCounters()))
+    text = render(MetricsSource(name, 1000, sim_engine, RequestCounters(), QueueTimes()))
     [labels] = series(text, "sglang:num_running_reqs")
     assert dict(labels)["model_name"] == name

@@ -333,6 +333,8 @@ class _DecodeLogWindow:
 
 @dataclass(slots=True)
 class _Replica:
+    rank: int
+    """Its data-parallel rank."""
     scheduler: Scheduler
     decode_log: _DecodeLogWindow
     current: Round | None = None
@@ -384,6 +386,9 @@ class Engine:
     time_scale: float = 1.0
     decode_log_interval: int = 40
     noise: SpeedNoise | None = None
+    on_queue_exit: Callable[[int, float], None] | None = None
+    """Called as each request leaves a replica's queue into a prefill, the health check's probe included,
+    with the replica's data-parallel rank and the request's ``queue_s`` (SGLang's ``observe_queue_time``)."""
     speed_factor: float = field(init=False, default=1.0)
     """The busy period's factor on every round's duration; 1 until ``noise`` draws one."""
     speed_draws: int = field(init=False, default=0)
@@ -399,7 +404,8 @@ class Engine:
 
     def __post_init__(self) -> None:
         self._replicas = [
-            _Replica(scheduler, _DecodeLogWindow(self.decode_log_interval)) for scheduler in self.schedulers
+            _Replica(rank, scheduler, _DecodeLogWindow(self.decode_log_interval))
+            for rank, scheduler in enumerate(self.schedulers)
         ]
 
     def start(self) -> None:
@@ -419,10 +425,12 @@ class Engine:
             self._begin_busy_period(self._idle_since)
         replica = self._replicas[self._next_replica]
         self._next_replica = (self._next_replica + 1) % len(self._replicas)
-        request.submitted_at = self.clock.time()
+        now = self.clock.time()
+        request.submitted_at = now
         replica.scheduler.submit(request)
         if self.started and replica.current is None:
-            self._begin(replica, max(self.clock.time(), replica.scheduled_end))
+            # Read once: a request that finds its replica idle waits exactly 0 s.
+            self._begin(replica, max(now, replica.scheduled_end))
 
     def abort(self, request: SimRequest) -> None:
         """The client went away: the request leaves the queue or batch at the next round boundary."""
@@ -508,6 +516,8 @@ class Engine:
             return
         for request in planned.admitted:
             request.queue_s = max(0.0, start - request.submitted_at)
+            if self.on_queue_exit is not None:
+                self.on_queue_exit(replica.rank, request.queue_s)
         replica.scheduled_end = start + planned.seconds * self.time_scale * self.speed_factor
         self.clock.call_at(replica.scheduled_end, lambda: self._end(replica))
 

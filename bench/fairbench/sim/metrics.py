@@ -17,18 +17,31 @@ Scheduler gauges (``SchedulerMetricsCollector``), one series per data-parallel r
 SGLang refreshes its gauges at its log points (each prefill, every ``decode_log_interval`` decode steps,
 when idle); the simulator's running, waiting and token usage are read when ``/metrics`` is.
 
+``sglang:queue_time_seconds`` (``observe_queue_time``), a scheduler histogram with the gauges' labels: one
+observation per request as it leaves the waiting queue into a prefill (``set_forward_entry_time``), the
+seconds it waited there, the health check's probe included (SGLang's scheduler observes it too; it runs
+only on an idle engine, so it waits for nothing).
+
 Tokenizer counters (``TokenizerMetricsCollector.observe_one_finished_request``), bumped once per finished
 request, an aborted one included if it had been admitted: ``sglang:prompt_tokens_total``,
 ``sglang:generation_tokens_total`` and ``sglang:num_requests_total`` by ``is_streaming``, and
 ``sglang:cached_tokens_total`` by ``cache_source`` (``device``: the simulator's prefix cache is all on the
 GPU). ``sglang:num_aborted_requests_total`` counts aborts as ``TokenizerManager.abort_request`` does: one per
 ``/abort_request`` that names a request in flight by its rid (or says ``abort_all``), one per client that
-goes away before its response is complete. As in SGLang's multiprocess registry, a counter series appears
-once something has counted in it.
+goes away before its response is complete. With the counters, ``sglang:e2e_request_latency_seconds`` by
+``is_streaming`` observes the request's seconds from its arrival to its end.
+
+The histograms' sums are exact on the server's clock, in seconds as the client sees them (a
+``--sim-time-scale`` included): the change in ``e2e_request_latency_seconds_sum`` over an interval,
+divided by its length, is the mean number of requests in flight (Little's law), that of
+``queue_time_seconds_sum`` the mean number waiting. As in SGLang's multiprocess registry, a counter's or a
+histogram's series appears once something has counted in it.
 """
 
 from __future__ import annotations
 
+import bisect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -38,7 +51,36 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 CACHE_SOURCE = "device"
 """``get_cached_tokens_details``' source of every cached token without a hierarchical cache."""
 
+E2E_REQUEST_LATENCY_BUCKETS = (
+    *(0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100),
+    *(200, 400, 600, 1200, 1800, 2400),
+)
+"""``TokenizerMetricsCollector``'s default ``bucket_e2e_request_latency``, in seconds."""
+QUEUE_TIME_BUCKETS = (
+    *(0.0, 0.001, 0.005, 0.010, 0.050, 0.100, 0.200, 0.500, 1, 2, 3, 4, 5, 10, 15, 20, 30, 40, 50),
+    *(60, 70, 80, 90, 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000, 1200, 1400, 1600, 1800),
+    *(2000, 2500, 3000),
+)
+"""``SchedulerMetricsCollector``'s ``queue_time`` buckets, in seconds."""
+
 Labels = tuple[tuple[str, str], ...]
+
+
+@dataclass(slots=True)
+class Histogram:
+    """One series of a ``prometheus_client`` histogram: how many observations fell in each bucket (the
+    first bound a value does not exceed; past the last bound, ``+Inf``'s) and their sum."""
+
+    bounds: tuple[float, ...]
+    counts: list[int] = field(init=False)
+    total: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.counts = [0] * (len(self.bounds) + 1)
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
 
 
 @dataclass(slots=True)
@@ -46,6 +88,7 @@ class _FinishedCounts:
     requests: int = 0
     prompt_tokens: int = 0
     generation_tokens: int = 0
+    e2e_latency: Histogram = field(default_factory=lambda: Histogram(E2E_REQUEST_LATENCY_BUCKETS))
 
 
 @dataclass(slots=True)
@@ -58,27 +101,47 @@ class RequestCounters:
     aborted: int = 0
 
     def observe_finished(
-        self, streamed: bool, prompt_tokens: int, generation_tokens: int, cached_tokens: int
+        self,
+        streamed: bool,
+        prompt_tokens: int,
+        generation_tokens: int,
+        cached_tokens: int,
+        e2e_latency_s: float,
     ) -> None:
+        """A request ended; ``e2e_latency_s``: the seconds from its arrival to its end."""
         counts = self.finished.setdefault(streamed, _FinishedCounts())
         counts.requests += 1
         counts.prompt_tokens += prompt_tokens
         counts.generation_tokens += generation_tokens
+        counts.e2e_latency.observe(e2e_latency_s)
         self.cached_tokens += cached_tokens
 
     def observe_aborted(self) -> None:
         self.aborted += 1
 
 
+@dataclass(slots=True)
+class QueueTimes:
+    """The schedulers' ``queue_time`` histograms, by data-parallel rank, each from its first observation;
+    ``observe`` is the engine's ``on_queue_exit``."""
+
+    by_replica: dict[int, Histogram] = field(default_factory=dict)
+
+    def observe(self, replica: int, waited_s: float) -> None:
+        self.by_replica.setdefault(replica, Histogram(QUEUE_TIME_BUCKETS)).observe(waited_s)
+
+
 @dataclass(frozen=True, slots=True)
 class MetricsSource:
-    """What ``/metrics`` reads: the engine's replicas, the counters, and the labels' constants."""
+    """What ``/metrics`` reads: the engine's replicas, the counters, the queue times, and the labels'
+    constants."""
 
     model_name: str
     kv_pool_tokens: int
     """One replica's KV pool, in tokens (SGLang's ``max_total_num_tokens`` of that scheduler)."""
     engine: Engine
     counters: RequestCounters
+    queue_times: QueueTimes
 
 
 def token_usage(load: ReplicaLoad, kv_pool_tokens: int) -> float:
@@ -122,6 +185,14 @@ def render(source: MetricsSource) -> str:
         "Mean acceptance length of speculative decoding (accepted drafts + bonus token per forward).",
         lambda x: x.spec_accept_length,
     )
+    text.histogram(
+        "sglang:queue_time_seconds",
+        "Histogram of queueing time in seconds.",
+        [
+            (by_replica[rank][0], histogram)
+            for rank, histogram in sorted(source.queue_times.by_replica.items())
+        ],
+    )
 
     counters = source.counters
     by_stream = [
@@ -155,6 +226,11 @@ def render(source: MetricsSource) -> str:
         "Number of requests aborted.",
         [(engine_labels, counters.aborted)] if counters.aborted else [],
     )
+    text.histogram(
+        "sglang:e2e_request_latency_seconds",
+        "Histogram of End-to-end request latency in seconds",
+        [(labels, counts.e2e_latency) for labels, counts in by_stream],
+    )
 
     engine = source.engine
     lag = engine.lag
@@ -185,7 +261,8 @@ def render(source: MetricsSource) -> str:
 class _Exposition:
     """Families written as SGLang's ``prometheus_client`` writes them (text format 0.0.4): HELP, TYPE, then
     the samples with their labels in name order; a counter's family named with its ``_total`` suffix; a
-    family with no sample left out, as the multiprocess registry leaves out a metric nothing has set."""
+    family with no sample left out, as the multiprocess registry leaves out a metric nothing has set, and
+    no ``_created`` samples, which that registry does not keep."""
 
     def __init__(self) -> None:
         self._lines: list[str] = []
@@ -197,13 +274,33 @@ class _Exposition:
         """The counter ``name``: its family and its samples are named ``name_total``."""
         self._family(f"{name}_total", "counter", help_text, samples)
 
+    def histogram(self, name: str, help_text: str, series: list[tuple[Labels, Histogram]]) -> None:
+        """Each series as the multiprocess collector writes it: its ``_sum``, its cumulative ``_bucket``
+        counts by ``le`` (the last ``+Inf``), then its ``_count``."""
+        if not series:
+            return
+        self._head(name, "histogram", help_text)
+        for labels, histogram in series:
+            self._sample(f"{name}_sum", labels, histogram.total)
+            cumulative = 0
+            for bound, count in zip((*histogram.bounds, math.inf), histogram.counts, strict=True):
+                cumulative += count
+                self._sample(f"{name}_bucket", (*labels, ("le", _number(bound))), cumulative)
+            self._sample(f"{name}_count", labels, cumulative)
+
     def _family(self, name: str, kind: str, help_text: str, samples: list[tuple[Labels, float]]) -> None:
         if not samples:
             return
-        self._lines.extend((f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"))
+        self._head(name, kind, help_text)
         for labels, value in samples:
-            label_text = ",".join(f'{key}="{_escape(label)}"' for key, label in sorted(labels))
-            self._lines.append(f"{name}{{{label_text}}} {_number(value)}")
+            self._sample(name, labels, value)
+
+    def _head(self, name: str, kind: str, help_text: str) -> None:
+        self._lines.extend((f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"))
+
+    def _sample(self, name: str, labels: Labels, value: float) -> None:
+        label_text = ",".join(f'{key}="{_escape(label)}"' for key, label in sorted(labels))
+        self._lines.append(f"{name}{{{label_text}}} {_number(value)}")
 
     def finish(self) -> str:
         return "\n".join(self._lines) + "\n"
@@ -215,8 +312,10 @@ def _escape(value: str) -> str:
 
 
 def _number(value: float) -> str:
-    """A sample's value as the client's ``floatToGoString`` writes a finite one: Python's ``repr``, but
-    from a million up in Go's exponent form (``1.234567e+06``)."""
+    """A value as the client's ``floatToGoString`` writes it: ``+Inf`` for infinity, else Python's
+    ``repr``, but from a million up in Go's exponent form (``1.234567e+06``)."""
+    if value == math.inf:
+        return "+Inf"
     text = repr(float(value))
     dot = text.find(".")
     if value > 0 and dot > 6:

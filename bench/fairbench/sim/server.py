@@ -54,7 +54,7 @@ from fairbench.sim.args import MODELLED_FIELDS, SimConfig, flag_table, sglang_ve
 from fairbench.sim.engine import Engine, Scheduler, SimRequest, speed_noise
 from fairbench.sim.faults import FaultAction, FaultState
 from fairbench.sim.http import HttpExchange, HttpRequest, serve
-from fairbench.sim.metrics import CONTENT_TYPE, MetricsSource, RequestCounters, render
+from fairbench.sim.metrics import CONTENT_TYPE, MetricsSource, QueueTimes, RequestCounters, render
 from fairbench.sim.nodes import Rendezvous, follow
 from fairbench.sim.prefix_cache import PrefixCache
 
@@ -111,12 +111,14 @@ class SimServer:
         schedulers = [
             Scheduler(config.model, config.limits, PrefixCache(cache_tokens)) for _ in range(config.dp_size)
         ]
+        self.queue_times = QueueTimes()
         self.engine = Engine(
             schedulers,
             _LoopClock(loop),
             config.time_scale,
             config.decode_log_interval,
             speed_noise(config.noise_pct, config.seed),
+            on_queue_exit=self.queue_times.observe,
         )
         self.faults = FaultState(config.faults, config.seed or 0)
         eos_token_id = config.checkpoint.eos_token_id
@@ -331,7 +333,8 @@ class SimServer:
 
     def _count_finished(self, writer: ResponseWriter, sim_request: SimRequest) -> None:
         """SGLang's ``observe_one_finished_request``, which sees an aborted request only if it had left the
-        queue (one aborted while waiting ends without a finished output)."""
+        queue (one aborted while waiting ends without a finished output). Its end-to-end latency runs from
+        the writer's creation, SGLang's ``created_time``, to now."""
         if sim_request.admitted:
             generation = writer.request
             self.counters.observe_finished(
@@ -339,6 +342,7 @@ class SimServer:
                 generation.prompt_tokens,
                 writer.completion_tokens,
                 sim_request.cached_tokens,
+                (time.perf_counter_ns() - writer.received_ns) / 1e9,
             )
 
     def _finished(self, writer: ResponseWriter, sim_request: SimRequest) -> None:
@@ -560,6 +564,7 @@ class SimServer:
                 kv_pool_tokens=self.replica_kv_pool_tokens,
                 engine=self.engine,
                 counters=self.counters,
+                queue_times=self.queue_times,
             )
         )
 
