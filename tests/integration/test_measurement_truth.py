@@ -53,9 +53,14 @@ def test_a_server_capped_below_c_is_flagged_as_a_server_cap_and_its_counters_mat
         assert point["server_metric_samples"] >= 2
     assert uncapped["flags"] == []
     assert capped["server_running_max"] <= 4 < capped["server_queue_max"]
+    # By the server's own Little's law: it held what the client had in flight, most of it in its queue.
+    assert capped["server_in_flight_mean"] == pytest.approx(capped["concurrency"], rel=0.1)
+    assert capped["server_queued_mean"] > 0.5 * capped["concurrency"]
+    in_server = uncapped["server_in_flight_mean"] - uncapped["server_queued_mean"]
+    assert in_server >= 0.9 * uncapped["concurrency"]
     flag = flags_of(capped)["running_below_concurrency"]
     assert "max_concurrency" in flag["on"]
-    assert "the server held them back" in flag["reason"]
+    assert "the server held them back" in flag["reason"] and "its own Little's law" in flag["reason"]
 
 
 @contextmanager
