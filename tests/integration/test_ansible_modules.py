@@ -381,6 +381,20 @@ def test_sweep_module_writes_points_then_changes_nothing_on_resume(tmp_path: Pat
     assert again["planned"] == [] and again["written"] == []
 
 
+def test_sweep_module_spreads_the_client_over_processes_spawned_under_ansible(
+    tmp_path: Path, sim_url: str
+) -> None:
+    # The workers are spawned from the module's own Python, which Ansible runs from a zipped payload.
+    task = _sweep_task(sim_url, tmp_path / "tp8")
+    task[fqcn("fairbench_sweep")]["client_processes"] = 2
+    result = run_play(tmp_path, [task])["Sweep"]
+    assert not result.get("failed"), result
+    points = [json.loads(line) for line in (tmp_path / "tp8" / "points.jsonl").read_text().splitlines()]
+    # At C=1 one stream: one process takes part.
+    assert [(p["client_processes"], p["completed"]) for p in points] == [(1, 16), (2, 16)]
+    assert [sum(use["requests"] for use in p["client_process_use"]) for p in points] == [16, 16]
+
+
 def test_sweep_module_fails_when_requests_fail(tmp_path: Path) -> None:
     # Nothing listens on this port: every request fails, and the point is not trusted.
     url = f"http://127.0.0.1:{_free_port()}"
