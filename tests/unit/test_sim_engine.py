@@ -5,26 +5,12 @@ from __future__ import annotations
 import argparse
 
 import pytest
+from tests.support.sim_test_model import simple_model
 
 from fairbench.sim.args import add_sglang_arguments, add_sim_arguments, resolve
 from fairbench.sim.engine import Engine, Scheduler, SchedulerLimits, SimRequest, VirtualClock
-from fairbench.sim.model import LayoutCost, PerformanceModel, Speculation
+from fairbench.sim.model import Speculation
 from fairbench.sim.predict import predict_point
-
-# t(b) = 10 ms + 1 ms * b; prefill = 20 ms per forward + 1 ms per 10 input tokens.
-COST = LayoutCost(t0_s=0.010, k_s=0.001, prefill_tokens_per_s=10_000.0, prefill_forward_s=0.020)
-
-
-def model(speculation: Speculation | None = None) -> PerformanceModel:
-    return PerformanceModel(
-        layout="test",
-        cost=COST,
-        cuda_graph_max_bs=1000,
-        eager_extra_s=0.0,
-        speculation=speculation,
-        draft_step_s=0.0,
-        verify_token_cost=0.0,
-    )
 
 
 class Recorder:
@@ -50,7 +36,7 @@ def run(
     """Submit (prompt tokens, output tokens) requests at time 0 and run to the end."""
     clock = VirtualClock()
     limits = SchedulerLimits(max_running, chunk, steps, interval)
-    engine = Engine([Scheduler(model(speculation), limits)], clock)
+    engine = Engine([Scheduler(simple_model(speculation), limits)], clock)
     recorders = []
     for prompt, output in requests:
         recorder = Recorder(clock)
@@ -130,7 +116,7 @@ def test_speculative_decoding_yields_the_mean_accepted_length_exactly_over_a_res
 
 def test_an_aborted_request_gets_nothing_more_and_frees_its_slot() -> None:
     clock = VirtualClock()
-    engine = Engine([Scheduler(model(), SchedulerLimits(1, 8192, 1, 1))], clock)
+    engine = Engine([Scheduler(simple_model(), SchedulerLimits(1, 8192, 1, 1))], clock)
     gone, waiting = Recorder(clock), Recorder(clock)
     leaving = SimRequest(prompt_tokens=100, output_limit=100, sink=gone)
     engine.submit(leaving)
@@ -145,7 +131,7 @@ def test_an_aborted_request_gets_nothing_more_and_frees_its_slot() -> None:
 
 def test_a_halted_engine_delivers_nothing_more() -> None:
     clock = VirtualClock()
-    engine = Engine([Scheduler(model(), SchedulerLimits(8, 8192, 1, 1))], clock)
+    engine = Engine([Scheduler(simple_model(), SchedulerLimits(8, 8192, 1, 1))], clock)
     recorder = Recorder(clock)
     engine.submit(SimRequest(prompt_tokens=100, output_limit=100, sink=recorder))
     engine.start()
@@ -157,7 +143,7 @@ def test_a_halted_engine_delivers_nothing_more() -> None:
 def test_data_parallel_replicas_take_requests_in_turn_and_run_side_by_side() -> None:
     clock = VirtualClock()
     limits = SchedulerLimits(1, 8192, 1, 1)
-    engine = Engine([Scheduler(model(), limits), Scheduler(model(), limits)], clock)
+    engine = Engine([Scheduler(simple_model(), limits), Scheduler(simple_model(), limits)], clock)
     recorders = [Recorder(clock) for _ in range(2)]
     for recorder in recorders:
         engine.submit(SimRequest(prompt_tokens=100, output_limit=1, sink=recorder))
@@ -168,7 +154,7 @@ def test_data_parallel_replicas_take_requests_in_turn_and_run_side_by_side() -> 
 
 def test_time_scale_stretches_every_duration_and_output_waiters_fire_on_the_next_tokens() -> None:
     clock = VirtualClock()
-    engine = Engine([Scheduler(model(), SchedulerLimits(8, 8192, 1, 1))], clock, time_scale=0.5)
+    engine = Engine([Scheduler(simple_model(), SchedulerLimits(8, 8192, 1, 1))], clock, time_scale=0.5)
     recorder = Recorder(clock)
     fired: list[float] = []
     engine.on_next_output(lambda: fired.append(clock.time()))

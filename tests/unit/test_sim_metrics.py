@@ -6,14 +6,14 @@ from collections.abc import Callable
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from tests.support.sim_test_model import simple_model
 
 from fairbench.sim.engine import Engine, Scheduler, SchedulerLimits, SimRequest, VirtualClock
 from fairbench.sim.metrics import MetricsSource, QueueTimes, RequestCounters, render
-from fairbench.sim.model import LayoutCost, PerformanceModel, Speculation
+from fairbench.sim.model import Speculation
 from fairbench.sim.prefix_cache import PrefixCache
 
 # t(b) = 10 ms + 1 ms * b; prefill = 20 ms per forward + 1 ms per 10 input tokens.
-COST = LayoutCost(t0_s=0.010, k_s=0.001, prefill_tokens_per_s=10_000.0, prefill_forward_s=0.020)
 MODEL_NAME = "sim/test-model"
 SCHEDULER_LABELS = {
     "model_name": MODEL_NAME,
@@ -45,15 +45,7 @@ def engine(
     time_scale: float = 1.0,
     queue_times: QueueTimes | None = None,
 ) -> tuple[Engine, VirtualClock]:
-    model = PerformanceModel(
-        layout="test",
-        cost=COST,
-        cuda_graph_max_bs=1000,
-        eager_extra_s=0.0,
-        speculation=speculation,
-        draft_step_s=0.0,
-        verify_token_cost=0.0,
-    )
+    model = simple_model(speculation)
     limits = SchedulerLimits(max_running, 8192, 1, 1)
     clock = VirtualClock()
     schedulers = [Scheduler(model, limits, PrefixCache(1 << 16) if cached else None) for _ in range(replicas)]
