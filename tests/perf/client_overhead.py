@@ -211,14 +211,19 @@ async def raw_client(url: str, requests: int) -> None:
     await asyncio.gather(*(worker() for _ in range(256)))
 
 
-def run_floor(url: str, requests: int) -> dict[str, float]:
-    """The raw client in a pinned child process; CPU per token over its whole run."""
+def raw_client_command(url: str, requests: int) -> list[str]:
+    """The command line that runs ``raw_client`` in a process of its own."""
     code = (
         "import asyncio, sys; sys.path.insert(0, sys.argv[3]); from client_overhead import raw_client; "
         "asyncio.run(raw_client(sys.argv[1], int(sys.argv[2])))"
     )
+    return [sys.executable, "-c", code, url, str(requests), str(Path(__file__).parent)]
+
+
+def run_floor(url: str, requests: int) -> dict[str, float]:
+    """The raw client in a pinned child process; CPU per token over its whole run."""
     started = time.perf_counter()
-    process = spawn_pinned([sys.executable, "-c", code, url, str(requests), str(Path(__file__).parent)])
+    process = spawn_pinned(raw_client_command(url, requests))
     _, _, rusage = os.wait4(process.pid, 0)
     wall = time.perf_counter() - started
     tokens = requests * 256

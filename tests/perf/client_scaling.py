@@ -57,7 +57,7 @@ from typing import Any
 
 import pytest
 from _harness import REPO, cpu_ns, spawn_pinned, tree_cpu_ns
-from client_overhead import SETTINGS, VOCAB_SIZE, Setting, cpu_between, percentile
+from client_overhead import SETTINGS, VOCAB_SIZE, Setting, cpu_between, percentile, raw_client_command
 
 sys.path.insert(0, str(REPO))
 
@@ -265,14 +265,6 @@ def run_sweep(
     return Sweep(point, records, run)
 
 
-def raw_client_command(url: str, requests: int) -> list[str]:
-    code = (
-        "import asyncio, sys; sys.path.insert(0, sys.argv[3]); from client_overhead import raw_client; "
-        "asyncio.run(raw_client(sys.argv[1], int(sys.argv[2])))"
-    )
-    return [sys.executable, "-c", code, url, str(requests), str(Path(__file__).parent)]
-
-
 def sglang_python(build: bool) -> Path | str:
     """SGLang's venv Python, or why it is not available."""
     if build:
@@ -282,7 +274,7 @@ def sglang_python(build: bool) -> Path | str:
             return str(skipped.msg)
     if real_sglang._installed_version() != real_sglang.SGLANG_VERSION:
         return f"no sglang {real_sglang.SGLANG_VERSION} in {real_sglang.VENV} (--build-sglang-venv builds it)"
-    return real_sglang.VENV / "bin" / "python"
+    return real_sglang._venv_python()
 
 
 def bench_serving_command(python: Path, url: str, requests: int, tokenizer: Path, out: Path) -> list[str]:

@@ -98,6 +98,10 @@ def submit(sim_engine: Engine, prompt: list[int], output: int) -> None:
     )
 
 
+COUNTED = ("prompt_tokens", "generation_tokens", "num_requests", "cached_tokens", "num_aborted_requests")
+"""The counter families, without their ``sglang:`` prefix."""
+
+
 def test_families_have_sglangs_types_and_label_sets_and_a_counter_appears_once_counted() -> None:
     sim_engine, _ = engine()
     text = exposition(sim_engine)
@@ -106,15 +110,7 @@ def test_families_have_sglangs_types_and_label_sets_and_a_counter_appears_once_c
         assert families[name].type == "gauge"
         assert series(text, name) == {frozenset(SCHEDULER_LABELS.items()): 0.0}
     # Nothing has finished: SGLang's multiprocess registry has no series, and so no family, for them.
-    for name in (
-        "prompt_tokens",
-        "generation_tokens",
-        "num_requests",
-        "cached_tokens",
-        "num_aborted_requests",
-        "e2e_request_latency_seconds",
-        "queue_time_seconds",
-    ):
+    for name in (*COUNTED, "e2e_request_latency_seconds", "queue_time_seconds"):
         assert f"sglang:{name}" not in families
     assert families["fairbench_sim_rounds"].type == "counter"
 
@@ -133,13 +129,7 @@ def test_families_have_sglangs_types_and_label_sets_and_a_counter_appears_once_c
             frozenset({**tokenizer, "is_streaming": "false"}.items()): false,
         }
 
-    for name in (
-        "prompt_tokens",
-        "generation_tokens",
-        "num_requests",
-        "cached_tokens",
-        "num_aborted_requests",
-    ):
+    for name in COUNTED:
         family = families[f"sglang:{name}"]
         assert family.type == "counter"
         assert {sample.name for sample in family.samples} == {f"sglang:{name}_total"}

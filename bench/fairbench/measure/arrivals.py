@@ -33,6 +33,7 @@ from time import perf_counter_ns
 
 from fairbench.measure.client import StreamClient
 from fairbench.measure.closed_loop import ErrorRateStop, PreparedRequest
+from fairbench.measure.event_loop import resolve
 from fairbench.measure.records import RequestRecord
 
 ARRIVALS = ("poisson", "gamma")
@@ -154,7 +155,7 @@ async def run_open_loop(
         on_done(record)
         if rule.passed(record):
             stopped = True
-            _resolve(wake)
+            resolve(wake)
 
     async def dispatch() -> None:
         nonlocal wake
@@ -163,7 +164,7 @@ async def run_open_loop(
             # Until due: a timer may fire a clock tick early, and a request never goes out before its time.
             while not stopped and (wait_ns := due_ns - perf_counter_ns()) > 0:
                 wake = loop.create_future()
-                timer = loop.call_later(wait_ns / NS_PER_S, _resolve, wake)
+                timer = loop.call_later(wait_ns / NS_PER_S, resolve, wake)
                 await wake
                 timer.cancel()
             if not stopped:
@@ -181,8 +182,3 @@ async def run_open_loop(
     await asyncio.gather(*tasks)
     send_ns = sorted(record.start_ns + record.send_delay_ns for record in records)
     return OpenLoopResult(records, stopped, origin_ns, send_ns)
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)

@@ -32,7 +32,7 @@ from typing import Any
 from fairbench.measure.child_process import CONTEXT, start_child, stop_child
 from fairbench.measure.client import ApiFormat, StreamClient
 from fairbench.measure.closed_loop import PreparedRequest, error_rate_exceeded
-from fairbench.measure.event_loop import collector_paused
+from fairbench.measure.event_loop import collector_paused, resolve
 from fairbench.measure.load_phase import Phase, PhaseResult, drive
 from fairbench.measure.progress import Progress
 from fairbench.measure.records import RequestRecord
@@ -194,18 +194,14 @@ class ClientProcesses:
 
     def split(self, phase: Phase) -> list[Phase | None]:
         """Each worker's share of ``phase`` (None: it has no stream in it)."""
-        in_flight = shares(phase.in_flight, self.count)
-        if phase.offsets_s is None:
-            return [
-                Phase(phase.requests, share, None, phase.max_error_rate) if share else None
-                for share in in_flight
-            ]
         parts: list[Phase | None] = []
-        for index, share in enumerate(in_flight):
-            requests = phase.requests[index :: self.count]
-            offsets = phase.offsets_s[index :: self.count]
-            wanted = share and requests
-            parts.append(Phase(requests, share, offsets, phase.max_error_rate) if wanted else None)
+        for index, share in enumerate(shares(phase.in_flight, self.count)):
+            # A closed loop's workers all take from the shared counter; an open loop's arrivals are dealt.
+            requests, offsets = phase.requests, phase.offsets_s
+            if offsets is not None:
+                requests, offsets = requests[index :: self.count], offsets[index :: self.count]
+            taking = share and requests
+            parts.append(Phase(requests, share, offsets, phase.max_error_rate) if taking else None)
         return parts
 
     async def run(self, phase: Phase, progress: Progress) -> PhaseResult:
@@ -224,7 +220,8 @@ class ClientProcesses:
         results = [await self._expect(conn, "result", progress) for conn, _ in taking]
         return PhaseResult(
             records=[record for result in results for record in result.records],
-            stopped_early=bool(counters[_STOPPED]) or any(result.stopped_early for result in results),
+            # A closed loop's workers each report the shared stop; an open loop's their own.
+            stopped_early=any(result.stopped_early for result in results),
             start_ns=start_ns,
             end_ns=max(result.end_ns for result in results),
             processes=[use for result in results for use in result.processes],
@@ -236,7 +233,7 @@ class ClientProcesses:
         loop = asyncio.get_running_loop()
         while True:
             readable: asyncio.Future[None] = loop.create_future()
-            loop.add_reader(conn.fileno(), _resolve, readable)
+            loop.add_reader(conn.fileno(), resolve, readable)
             try:
                 await readable
             finally:
@@ -252,8 +249,3 @@ class ClientProcesses:
                     raise ClientProcessError(f"a client worker process failed:\n{message[1]}")
                 elif message[0] == kind:
                     return message[1] if len(message) > 1 else None
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)

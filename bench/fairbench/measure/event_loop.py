@@ -108,6 +108,12 @@ class UseMeter:
         return ProcessUse(cpu_s, wall_s, requests, await self._monitor.stop(), wait_s)
 
 
+def resolve(future: asyncio.Future[None]) -> None:
+    """Wake what awaits ``future``, unless it was woken already (a callback for timers and readers)."""
+    if not future.done():
+        future.set_result(None)
+
+
 @contextmanager
 def collector_paused() -> Iterator[None]:
     """No cyclic garbage collection while a point is measured.

@@ -26,7 +26,7 @@ from typing import Any
 from fairbench import __version__
 from fairbench.measure.arrivals import achieved_rate, arrival_offsets_s
 from fairbench.measure.client import CONNECTION_FAILED, STALLED, ApiFormat, ServerUnreachable, StreamClient
-from fairbench.measure.client_processes import ClientProcesses, ClientSettings
+from fairbench.measure.client_processes import ClientProcesses, ClientSettings, shares
 from fairbench.measure.closed_loop import PreparedRequest
 from fairbench.measure.energy import (
     EnergySampler,
@@ -403,7 +403,7 @@ class Sweep:
             spec.url,
             spec.api,
             client.api.model,
-            -(-spec.most_in_flight() // count),
+            max(shares(spec.most_in_flight(), count)),  # the largest share of streams a worker gets
             spec.api_key,
             spec.connect_timeout,
             spec.read_timeout,
