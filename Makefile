@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest --durations=25
 
 lint: $(STAMP)
 	$(BIN)/ruff check bench tests plugins roles
@@ -29,13 +29,13 @@ lint: $(STAMP)
 # Each run leaves a JUnit report in build/, which CI checks against the lab tests that exist
 # (tests/support/lab_counts.py).
 lab-test: $(STAMP)
-	$(BIN)/pytest -m lab --junitxml=build/lab-test.xml \
+	$(BIN)/pytest --durations=25 -m lab --junitxml=build/lab-test.xml \
 		tests/lab/test_provision_lab.py tests/lab/test_lab_hosts.py tests/lab/test_campaign_lab.py \
 		tests/lab/test_fleet_lab.py tests/lab/test_collection_lab.py
 
 # Real SGLang provisioned onto a lab host and run as campaign units; needs a fresh lab (make lab-down lab-up).
 lab-sglang-test: $(STAMP)
-	$(BIN)/pytest -m lab --junitxml=build/lab-sglang-test.xml tests/lab/test_sglang_lab.py
+	$(BIN)/pytest --durations=25 -m lab --junitxml=build/lab-sglang-test.xml tests/lab/test_sglang_lab.py
 
 # The lab's SGLang wheelhouse (sglang_wheelhouse in inventory/lab.yml), built once on this machine. The
 # provisioning builds it too where it is missing; building it first lets the tests' own SGLang venv
