@@ -1,3 +1,6 @@
 """fairbench: deploy LLM serving configurations and benchmark them fairly."""
 
-__version__ = "0.1.0"
+from importlib.metadata import version
+
+__version__ = version("fairbench")
+"""The installed distribution's version: pyproject.toml's, the one place it is written."""

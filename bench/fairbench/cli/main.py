@@ -11,22 +11,65 @@ import argparse
 import importlib
 import os
 import sys
+import textwrap
 from collections.abc import Sequence
 from typing import NoReturn
 
+from fairbench import __version__
+
 COMMANDS: dict[str, tuple[str, str]] = {
-    "sweep": ("fairbench.cli.sweep", "run a concurrency sweep against one server"),
-    "sim": ("fairbench.sim.command", "an SGLang-compatible simulated server"),
-    "validate": ("fairbench.cli.validate", "check a campaign file and show each config's command line"),
-    "report": ("fairbench.cli.report", "the fair comparison of a run (or two runs): report.md, .html, plots"),
-    "export": ("fairbench.cli.export", "every point of a run as one table: CSV, or Parquet with pyarrow"),
-    "nccl": ("fairbench.cli.nccl", "all-reduce latency and bus bandwidth per NCCL variant: nccl.json"),
-    "run": ("fairbench.cli.run", "a campaign on an inventory's hosts through ansible-runner, shown live"),
+    "sweep": ("fairbench.cli.sweep", "measure one running server at each load level: points.jsonl"),
+    "sim": ("fairbench.sim.command", "serve a simulated SGLang server (no GPU), or predict a sweep of it"),
+    "validate": ("fairbench.cli.validate", "check campaign files; print each config's server command line"),
+    "report": ("fairbench.cli.report", "compare the configs of a run (or two runs): report.md, .html, plots"),
+    "export": ("fairbench.cli.export", "write every point of a run as one table: CSV or Parquet"),
+    "nccl": ("fairbench.cli.nccl", "measure all-reduce across this host's GPUs per NCCL setting: nccl.json"),
+    "run": ("fairbench.cli.run", "run a campaign on an inventory's hosts with Ansible; ends in its report"),
 }
+"""Each command's module, and the line ``fairbench --help`` lists it with; the module's ``configure`` writes
+the command's own help (what it does and ends in, examples)."""
+
+DESCRIPTION = (
+    "fairbench deploys LLM serving configurations (SGLang, or its simulator) to GPU hosts with Ansible, each "
+    "as its own systemd unit, drives the same load sweep against each, and writes one report that compares "
+    "them fairly and says what differed between them."
+)
+EPILOG = """\
+examples, in the usual order (a campaign file names the configs and the workload):
+  fairbench validate campaigns/demo.yml
+  fairbench run campaigns/demo.yml -i inventory/lab.yml
+  fairbench report results/demo/RUN_ID
+
+"fairbench COMMAND --help" describes each command; docs/running.md has the details.
+"""
 
 
 class UsageError(Exception):
     """Invalid command-line input; the message names the argument and the rule."""
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Fills each paragraph of a description or an epilog to the terminal's width, as argparse does, but
+    keeps a paragraph with an indented line (an example's command lines) as it is written, and never breaks
+    a line at a hyphen (an option's or a command's name)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        filled = []
+        for paragraph in text.strip("\n").split("\n\n"):
+            lines = paragraph.splitlines()
+            if any(line.startswith(" ") for line in lines):
+                filled.append("\n".join(indent + line for line in lines))
+            else:
+                filled.append(
+                    textwrap.fill(
+                        " ".join(paragraph.split()),
+                        width,
+                        initial_indent=indent,
+                        subsequent_indent=indent,
+                        break_on_hyphens=False,
+                    )
+                )
+        return "\n\n".join(filled)
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
@@ -38,8 +81,11 @@ class OneLineErrorParser(argparse.ArgumentParser):
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="fairbench", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parser = argparse.ArgumentParser(
+        prog="fairbench", description=DESCRIPTION, epilog=EPILOG, formatter_class=HelpFormatter
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND", required=True)
     for name, (_, help_text) in COMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)
     if not argv or argv[0] not in COMMANDS:
@@ -49,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # A command's imports take a noticeable moment (aiohttp, ssl): Ctrl-C may come during them.
         module = importlib.import_module(COMMANDS[name][0])
-        command_parser = OneLineErrorParser(prog=f"fairbench {name}", description=COMMANDS[name][1])
+        command_parser = OneLineErrorParser(prog=f"fairbench {name}", formatter_class=HelpFormatter)
         module.configure(command_parser)
         args = command_parser.parse_args(argv[1:])
         code = int(module.run(args))
