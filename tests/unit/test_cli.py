@@ -1,8 +1,10 @@
-"""The ``fairbench`` command's own handling, shared by every subcommand, and what ``fairbench validate``
-shows of where each config's server runs."""
+"""The ``fairbench`` command's own handling, shared by every subcommand (its version, its help in users'
+words), and what ``fairbench validate`` shows of where each config's server runs."""
 
 from __future__ import annotations
 
+import importlib.metadata
+import re
 import shlex
 import subprocess
 import sys
@@ -13,7 +15,7 @@ import pytest
 import yaml
 
 from fairbench.campaign.load import load_campaign
-from fairbench.cli.main import main
+from fairbench.cli.main import COMMANDS, main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -48,6 +50,66 @@ def test_a_reader_that_goes_away_ends_the_command_without_a_traceback() -> None:
     process.stdout.close()
     _, stderr = process.communicate(timeout=120)
     assert stderr == b"" and process.returncode == 141
+
+
+def test_version_prints_the_installed_distributions_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == f"fairbench {importlib.metadata.version('fairbench')}\n"
+
+
+# Docstring markup that must not reach a user: ``literal``, `interpreted`, :role:`x`, field lists
+# (:param x:), directives (.. note::) and literal-block markers (a paragraph ending in ::).
+RST_MARKUP = re.compile(
+    r"``|`[^`\s][^`]*`_?|:[a-z]+:`|^\s*:[a-z]+( [\w.]+)?:|^\s*\.\. [\w-]+::|::$", re.MULTILINE
+)
+
+
+def help_text(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as exited:
+        main([*argv, "--help"])
+    assert exited.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_the_markup_pattern_finds_restructuredtext() -> None:
+    for markup in (
+        "the ``fairbench`` command",
+        "see `sweep`",
+        ":func:`run`",
+        ":param url: the server",
+        "  :returns: a path",
+        ".. note::",
+        "as follows::",
+    ):
+        assert RST_MARKUP.search(markup), markup
+    for plain in (
+        "KEY=MS, e.g. ttft_p99_ms=2000",
+        "auto:MIN:MAX:PCT",
+        "http://127.0.0.1:30000",
+        "LABEL@prompt",
+    ):
+        assert not RST_MARKUP.search(plain), plain
+
+
+@pytest.mark.parametrize("command", ["", *COMMANDS])
+def test_every_help_is_in_plain_words_with_a_description_and_examples(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = help_text([command] if command else [], capsys)
+    assert [found.group() for found in RST_MARKUP.finditer(text)] == []
+    usage, description, *_ = text.split("\n\n")
+    assert usage.startswith(f"usage: {' '.join(['fairbench', command]).strip()} ")
+    # What the command does and ends in: sentences, more than the one line the command list gives it.
+    assert description.endswith(".") and len(description.split()) > 20, description
+    assert "\nexamples" in text and "  fairbench " in text.split("\nexamples", 1)[1]
+
+
+def test_the_command_list_names_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    text = help_text([], capsys)
+    listed = re.findall(r"^    (\w+) ", text, re.MULTILINE)
+    assert listed == list(COMMANDS)
 
 
 def validated(tmp_path: Path, document: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> list[str]:

@@ -41,7 +41,23 @@ def _out(text: str) -> str:
     return text
 
 
+DESCRIPTION = (
+    "Write every point of a run as one table (--csv, --parquet or both), one row per point the report uses: "
+    "every host, config and repeat, the latest line of each point. The columns campaign, run_id, host and "
+    "config come first, then every key the points hold. Damaged lines are left out and named on standard "
+    "error. It prints the path of each file written."
+)
+EPILOG = f"""\
+examples:
+  fairbench export results/demo/RUN_ID --csv                 # results/demo/RUN_ID/{CSV_FILE}
+  fairbench export results/demo/RUN_ID --csv - | head -3
+  fairbench export results/demo/RUN_ID --parquet points.parquet
+"""
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = DESCRIPTION
+    parser.epilog = EPILOG
     parser.add_argument("run", type=Path, metavar="RUN", help="a run: results/<campaign>/<run_id>")
     parser.add_argument(
         "--csv",

@@ -36,10 +36,33 @@ from fairbench.nccl.runner import (
     write_result,
 )
 
+DESCRIPTION = (
+    "Measure the interconnect on its own, on a GPU host: an all-reduce sweep across this host's GPUs with "
+    "torch.distributed, one process per GPU, eager and as CUDA graphs. It runs once with NCCL's defaults "
+    "and once for each distinct set of NCCL_* variables among the campaign's configs (and each --variant), "
+    "at decode-sized messages (hidden size x 2 bytes x each concurrency level) and prefill-sized ones up to "
+    f"64 MiB. It prints the median latency and bus bandwidth of each and writes OUT/{RESULT_FILE}, which the "
+    "report compares with the defaults; the exit status is 1 when a variant failed. The workers need torch: "
+    "--python names the Python that has it."
+)
+EPILOG = """\
+examples:
+  fairbench nccl campaigns/kimi-k2.6-pcie.yml --hidden-size 7168 --dry-run
+  fairbench nccl campaigns/kimi-k2.6-pcie.yml --hidden-size 7168 --out results/nccl \\
+      --python /opt/sglang/venv/bin/python
+
+In a campaign run, playbooks/nccl.yml runs it on every GPU host (docs/running.md).
+"""
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = DESCRIPTION
+    parser.epilog = EPILOG
     parser.add_argument(
-        "campaign", nargs="?", metavar="CAMPAIGN", help="campaign file (YAML) or a run's campaign.json"
+        "campaign",
+        nargs="?",
+        metavar="CAMPAIGN",
+        help="a campaign file (YAML) or a run's campaign.json: its levels and NCCL variables",
     )
     model = parser.add_mutually_exclusive_group(required=True)
     model.add_argument(
@@ -61,28 +84,39 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME=KEY=VALUE,...",
-        help="an extra variant, e.g. p2p-off=NCCL_P2P_DISABLE=1 (repeatable)",
+        help="one more set of NCCL variables to measure, named, e.g. p2p-off=NCCL_P2P_DISABLE=1 (repeatable)",
     )
     parser.add_argument(
-        "--out", type=_out_dir, help=f"directory for {RESULT_FILE} (required unless --dry-run)"
+        "--out", type=_out_dir, help=f"the directory to write {RESULT_FILE} into (required unless --dry-run)"
     )
     parser.add_argument(
-        "--python", default=sys.executable, help="interpreter with torch for the workers (default: this one)"
+        "--python",
+        default=sys.executable,
+        help="the Python the workers run under, one with torch (default: this one)",
     )
     collectives = bounded(bounds.COLLECTIVES)
-    parser.add_argument("--iters", type=collectives, default=50, help="timed all-reduces per size (50)")
-    parser.add_argument("--warmup", type=collectives, default=10, help="untimed all-reduces per size (10)")
     parser.add_argument(
-        "--graph-ops", type=collectives, default=10, help="all-reduces per captured CUDA graph (10)"
+        "--iters", type=collectives, default=50, help="timed all-reduces per size (default %(default)s)"
+    )
+    parser.add_argument(
+        "--warmup", type=collectives, default=10, help="untimed all-reduces per size (default %(default)s)"
+    )
+    parser.add_argument(
+        "--graph-ops",
+        type=collectives,
+        default=10,
+        help="all-reduces per captured CUDA graph (default %(default)s)",
     )
     parser.add_argument("--no-graph", action="store_true", help="eager launches only, no CUDA graphs")
     parser.add_argument(
         "--timeout",
         type=bounded(bounds.READ_TIMEOUT_S),
         default=300.0,
-        help="seconds one variant may take (300)",
+        help="seconds one variant may take (default %(default)g)",
     )
-    parser.add_argument("--dry-run", action="store_true", help="show the variants and sizes, run nothing")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the variants and sizes, and run nothing"
+    )
     # The worker script: tests put a fake in (one that speaks the same protocol without torch).
     parser.add_argument("--worker", type=Path, default=WORKER_SCRIPT, help=argparse.SUPPRESS)
 

@@ -15,8 +15,27 @@ from fairbench.measure.results import ResultsError
 from fairbench.report.build import write_report
 from fairbench.report.load import load_run
 
+DESCRIPTION = (
+    "Compare the configs of one run fairly: whether their servers differed only as the campaign says, each "
+    "config's throughput and latency at every level with its interval across repeats, and a verdict for the "
+    "lowest load, the peak and the highest load under the SLO: which config is best, by how much, and "
+    "whether that is more than noise. It writes report.md, report.html and plots/ into the run's directory "
+    "and prints their paths. Given two runs of one campaign, it compares each config of the second run with "
+    "the same config of the first, into RESULTS_DIR_B/against-RUN_ID_A."
+)
+EPILOG = """\
+examples:
+  fairbench report results/demo/20250101T120000Z
+  fairbench report results/demo/RUN_A results/demo/RUN_B     # B against A
+  fairbench report /mnt/shared/results/demo/RUN_ID --out report-copy
+
+What each section and figure means: docs/results.md and docs/metrics.md.
+"""
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = DESCRIPTION
+    parser.epilog = EPILOG
     parser.add_argument(
         "results_dir", type=Path, metavar="RESULTS_DIR", help="a run: results/<campaign>/<run_id>"
     )
@@ -27,7 +46,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="RESULTS_DIR_B",
         help="a second run of the same campaign, compared against the first",
     )
-    parser.add_argument("--out", type=Path, help="where to write the report (default: see above)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="write the report into DIR instead, e.g. when the run's directory is read-only",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -35,26 +35,45 @@ RESERVED_VARS = {"campaign": "the CAMPAIGN argument", "run_id": "--run-id"}
 SITE_PLAYBOOK = Path("playbooks") / "site.yml"
 ANSIBLE_LOG = "ansible.log"
 CANCEL_CHECK_S = 0.5
-HELP_EPILOG = """\
-ansible-playbook's options above are taken as ansible-playbook takes them and handed on to it. They are
-mirrored, not passed on verbatim after --, because ansible-playbook runs here without a terminal: -K, -k, -J
-and --vault-id LABEL@prompt are asked by fairbench, which types the answers at ansible-playbook's prompts,
-and an option not listed is refused by name rather than left to wait or bypass the display (run
-ansible-playbook itself for those, e.g. --step or --start-at-task). -i, --limit (localhost always added)
-and the variables campaign and run_id are fairbench's: an -e that sets one of those two is refused
-(KEY=VALUE, a mapping or a readable @FILE), and fairbench's own come last, so an encrypted @FILE cannot
-override them either.
+DESCRIPTION = (
+    "Run a campaign on an inventory's GPU hosts, as ansible-playbook playbooks/site.yml does: provision the "
+    "hosts, deploy each config as its own systemd unit, sweep each on a clean host, fetch the results and "
+    "write the report. The campaign file is checked first, before any host is touched. It shows each job as "
+    "a host starts it, each concurrency level as it completes (its tokens/s, and whether it met the SLO) and "
+    "each failure with its journal excerpt, and ends by printing the report's path. The run's directory "
+    "(results/CAMPAIGN/RUN_ID by default) holds the report, every config's results and ansible.log. The "
+    "exit status is ansible-playbook's."
+)
+EPILOG = """\
+examples:
+  fairbench run campaigns/demo.yml -i inventory/lab.yml
+  fairbench run campaigns/kimi-k2.6-pcie.yml -i inventory/my-hosts.yml --run-id first -C -D
+  fairbench run campaigns/kimi-k2.6-pcie.yml -i inventory/my-hosts.yml --run-id first
 
-Ansible writes its whole output to ansible.log in the run's directory as it runs (ANSIBLE_LOG_PATH, its own
-format; a resumed run appends). The directory is the bench role's bench_run_dir
-(bench_results_root/CAMPAIGN/RUN_ID), asked of Ansible first with this run's inventory, -e and vault
-options. Ctrl-C stops ansible-playbook; the log keeps what ran, and sweeps already started go on on their
-hosts: the same --run-id resumes.
+The second prints what would change and which host would take which job, changing nothing (-C -D); the
+third runs it, and run again, resumes it.
+
+ansible-playbook's options above are spelled as ansible-playbook spells them and handed on to it, one by
+one rather than everything after --, because ansible-playbook runs here without a terminal: fairbench asks
+for the -K, -k, -J and --vault-id LABEL@prompt passwords itself and answers ansible-playbook's prompts
+with them, and it refuses an option it does not list, by name, rather than leave it to hang (for those,
+e.g. --step or --start-at-task, run ansible-playbook itself). -i, --limit (the control node is always
+added) and the variables campaign and run_id are fairbench's own: an -e that sets campaign or run_id (as
+KEY=VALUE, a mapping or a readable @FILE) is refused, and fairbench's values come last, so an encrypted
+@FILE cannot override them either.
+
+Ansible's whole output goes to ansible.log in the run's directory as it runs (tail -f it; a resumed run
+appends). That directory is the bench role's bench_run_dir (bench_results_root/CAMPAIGN/RUN_ID), which
+fairbench asks Ansible for first, with this run's inventory, -e and vault options. Ctrl-C stops
+ansible-playbook: the log keeps what ran, and the sweeps already started go on on their hosts; the same
+--run-id resumes them. More in docs/running.md.
 """
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("campaign", type=Path, help="the campaign file (campaigns/NAME.yml)")
+    parser.description = DESCRIPTION
+    parser.epilog = EPILOG
+    parser.add_argument("campaign", type=Path, help="the campaign file, e.g. campaigns/demo.yml")
     parser.add_argument(
         "-i",
         "--inventory",
@@ -69,7 +88,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--playbook",
         type=Path,
         default=SITE_PLAYBOOK,
-        help="relative to the project (default playbooks/site.yml: provision, campaign, report)",
+        help="the playbook, relative to the project (default %(default)s: provision, campaign, report; "
+        "playbooks/campaign.yml skips provisioning and the report)",
     )
     parser.add_argument(
         "-l",
@@ -96,11 +116,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--live",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="a status line redrawn in place (default: when stdout is a terminal)",
+        help="redraw one status line in place (default: when standard output is a terminal)",
     )
     run_options.configure(parser)
-    parser.epilog = HELP_EPILOG
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
 
 
 def run(args: argparse.Namespace) -> int:

@@ -126,7 +126,29 @@ def _results_dir(text: str) -> Path:
     return Path(text)
 
 
+DESCRIPTION = (
+    "Measure one running server at each load level: a concurrency level keeps C requests in flight, each "
+    "replaced the moment it ends (closed loop); a request rate sends requests as they fall due (open loop). "
+    "Each level gets a warmup first, then its measured requests. Every level and repeat becomes one line of "
+    "OUT/points.jsonl (the keys of SGLang's bench_serving, and fairbench's own), with each request's timings "
+    "under OUT/requests/. It ends by printing a table of the points; the exit status is 1 when the sweep "
+    "failed or a point completed no request. An interrupted sweep loses only the level in flight: run it "
+    "again with --resume."
+)
+EPILOG = """\
+examples:
+  fairbench sweep --url http://127.0.0.1:30000 --input-len 1024 --output-len 512 \\
+      --concurrency 1,2,4,8,16,32,64 --out results/try
+  fairbench sweep --url http://127.0.0.1:30000 --input-len 1024 --output-len 512 \\
+      --request-rate 0.5,1,2 --max-concurrency 64 --slo ttft_p99_ms=2000 --out results/open
+
+Every option and file is described in docs/running.md and docs/results.md.
+"""
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = DESCRIPTION
+    parser.epilog = EPILOG
     parser.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:30000")
     parser.add_argument(
         "--api", choices=APIS, default="completions", help="generation API (default completions)"
@@ -142,7 +164,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input-len", type=tokens, required=True, help="input tokens per request")
     parser.add_argument("--output-len", type=tokens, required=True, help="output tokens per request")
     parser.add_argument(
-        "--range-ratio", type=bounded(bounds.SHARE), default=1.0, help="draw lengths from [ratio*len, len]"
+        "--range-ratio",
+        type=bounded(bounds.SHARE),
+        default=1.0,
+        help="draw each request's lengths between this share of the length and the length (default "
+        "%(default)g: all the same)",
     )
     load = parser.add_mutually_exclusive_group(required=True)
     load.add_argument("--concurrency", type=concurrency_list, help="closed-loop levels, e.g. 1,2,4,8")
@@ -158,7 +184,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--burstiness",
         type=bounded(bounds.BURSTINESS),
         default=1.0,
-        help="gamma arrivals' shape: below 1 burstier, above 1 more even (default 1)",
+        help="the shape of gamma arrivals: below 1 burstier, above 1 more even (default %(default)g)",
     )
     parser.add_argument(
         "--max-concurrency",
@@ -166,15 +192,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="open loop: the most requests in flight (one due beyond them waits, timed from when due)",
     )
     parser.add_argument(
-        "--prompts-per-level", type=_count, default="10x", help="N, or Nx for N times the level (min 16)"
+        "--prompts-per-level",
+        type=_count,
+        default="10x",
+        help="measured requests per level: N, or Nx for N times the level (default %(default)s, at least 16)",
     )
     parser.add_argument("--warmup", type=_count, default="2x", help="warmup requests: N or Nx (default 2x)")
     parser.add_argument(
         "--repeats",
         type=_repeats,
         default=1,
-        help="measure every level N times; auto (3 to 10 times, until the throughput's 95 %% interval is "
-        "within ±2 %%) or auto:MIN:MAX:PCT",
+        help="measure every level N times (default %(default)s); auto: 3 to 10 times, until the throughput's "
+        "95 %% interval is within ±2 %%; auto:MIN:MAX:PCT sets those bounds",
     )
     parser.add_argument(
         "--slo",
@@ -182,12 +211,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=MS",
-        help="an objective each point is judged against, e.g. ttft_p99_ms=2000 (repeatable)",
+        help="an objective each point is judged against, e.g. ttft_p99_ms=2000 or tpot_p50_ms=50 "
+        "(repeatable); each point records whether it met them, and its goodput",
     )
     parser.add_argument(
         "--search-resolution",
         type=bounded(bounds.SEARCH_RESOLUTION),
-        help="after the levels, bisect for the highest concurrency meeting --slo to within N",
+        help="after the levels, search between the last level meeting --slo and the first that does not, to "
+        "within N requests in flight",
     )
     parser.add_argument("--seed", type=bounded(bounds.SEED), default=1, help="prompt seed (default 1)")
     parser.add_argument(
@@ -200,7 +231,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--max-error-rate",
         type=bounded(bounds.SHARE),
         default=0.5,
-        help="stop a level when more requests fail (default 0.5)",
+        help="stop a level early once more than this share of its requests failed (default %(default)g)",
     )
     parser.add_argument("--gpus", type=bounded(bounds.GPUS), help="GPUs serving, for per-GPU throughput")
     energy = parser.add_mutually_exclusive_group()
@@ -226,23 +257,26 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--server-metrics-interval",
         type=bounded(bounds.METRICS_INTERVAL_S),
         default=SAMPLE_INTERVAL_S,
-        help=f"seconds between scrapes of /metrics during a point (default {SAMPLE_INTERVAL_S:g})",
+        help="seconds between scrapes of /metrics during a point (default %(default)g)",
     )
     parser.add_argument(
         "--connect-timeout",
         type=bounded(bounds.CONNECT_TIMEOUT_S),
         default=10.0,
-        help="seconds (default 10)",
+        help="seconds to wait for a connection to the server (default %(default)g)",
     )
     parser.add_argument(
         "--read-timeout",
         type=bounded(bounds.READ_TIMEOUT_S),
         default=600.0,
-        help="seconds without data before a stream fails",
+        help="seconds a response may go without data before its request counts as failed (default "
+        "%(default)g)",
     )
     parser.add_argument("--out", type=_results_dir, required=True, help="results directory")
     identity = parser.add_argument_group(
-        "identity", "what each point line names as its sweep; on --resume, left out: the points already there"
+        "identity",
+        "the names each point line records (a campaign run sets all four); with --resume, one left out is "
+        "taken from the points already there, and one that differs from theirs is refused",
     )
     identity.add_argument("--campaign", type=_name, help="the campaign's name (default none)")
     identity.add_argument("--run-id", type=_name, help="the campaign run's id (default none)")
@@ -259,7 +293,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="with --resume: measure again the points that completed no request",
     )
     parser.add_argument(
-        "--progress", choices=("auto", "bar", "lines"), default="auto", help="live bar or plain lines"
+        "--progress",
+        choices=("auto", "bar", "lines"),
+        default="auto",
+        help="a live bar, plain lines (for logs), or auto: the bar on a terminal (default %(default)s)",
     )
 
 

@@ -10,14 +10,30 @@ from fairbench.campaign.load import load_campaign
 from fairbench.campaign.model import DEFAULT_NODES, Campaign, CampaignError, ServingConfig
 from fairbench.campaign.sglang_parser import SGLangParserError, check_campaign
 
+DESCRIPTION = (
+    "Check campaign files before anything is deployed: every key, its type and range, the rules across keys, "
+    "and every SGLang flag against SGLang's own flag table. For each file it prints the campaign's placement "
+    "and each config's environment and launch flags, as its server will be started, or the file's errors, "
+    "each naming its key. The exit status is 1 when any file has an error."
+)
+EPILOG = """\
+examples:
+  fairbench validate campaigns/demo.yml
+  fairbench validate campaigns/*.yml --sglang-parser /opt/sglang/venv
+
+Every key of a campaign file is described in docs/campaign.md.
+"""
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("files", nargs="+", metavar="FILE", help="campaign YAML file")
+    parser.description = DESCRIPTION
+    parser.epilog = EPILOG
+    parser.add_argument("files", nargs="+", metavar="FILE", help="a campaign file (YAML)")
     parser.add_argument(
         "--sglang-parser",
         metavar="VENV",
-        help="also parse every config's launch arguments with SGLang's own parser, from this venv "
-        "(one with sglang installed; no GPU needed)",
+        help="also check every config's launch flags with SGLang's own parser, run from this venv (one "
+        "with SGLang installed; no GPU needed)",
     )
 
 

@@ -226,8 +226,8 @@ class _StoreConstValue(argparse.Action):
 def add_sglang_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         f"SGLang {sglang_version()} flags",
-        "accepted exactly as `python -m sglang.launch_server` accepts them; /server_info lists the ones "
-        "the simulator does not model",
+        "accepted exactly as SGLang's launch_server (python -m sglang.launch_server) accepts them; "
+        "/server_info lists the ones the simulator does not model",
     )
     for option in flag_table()["options"]:
         kwargs: dict[str, Any] = {"dest": option["dest"], "default": option["default"]}

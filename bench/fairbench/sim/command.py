@@ -11,8 +11,29 @@ from fairbench.sim.args import ConfigError, SimConfig, add_sglang_arguments, add
 from fairbench.sim.predict import format_sweep, predict_sweep
 from fairbench.sim.server import serve_forever
 
+DESCRIPTION = (
+    "Serve an SGLang-compatible HTTP server without a GPU, for trying fairbench and for its tests: it takes "
+    "SGLang's launch flags, answers SGLang's endpoints (/generate, /v1/completions, /v1/chat/completions, "
+    "/health_generate, /server_info, /metrics, ...) and times each answer with a performance model of the "
+    "parallel layout its flags describe. It serves until stopped (Ctrl-C). With --sim-predict it prints "
+    "what a sweep of it would measure instead, and exits."
+)
+EPILOG = """\
+examples:
+  fairbench sim --model-path moonshotai/Kimi-K2.6 --tp-size 8 \\
+      --sim-profile kimi-k2.6-8xpro6000 --port 30000
+  fairbench sim --model-path moonshotai/Kimi-K2.6 --tp-size 8 --ep-size 4 \\
+      --sim-profile kimi-k2.6-8xpro6000 --sim-predict 256,128
+
+How closely it answers as SGLang does, and what differs: docs/sim-conformance.md.
+"""
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = DESCRIPTION
+    parser.epilog = EPILOG
+    # SGLang's whole flag table would make a usage line of hundreds of lines.
+    parser.usage = "%(prog)s --model-path MODEL [SGLang's launch flags] [simulator options]"
     add_sglang_arguments(parser)
     add_sim_arguments(parser)
 
