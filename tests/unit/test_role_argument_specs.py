@@ -79,7 +79,7 @@ def _type_problem(kind: str, elements: str | None, value: Any) -> str | None:
     # YAML's true is an int to Python: only a bool option takes one.
     if isinstance(value, bool) != (kind == "bool") or not isinstance(value, TYPES[kind]):
         return f"type {kind} but the default {value!r} is a {type(value).__name__}"
-    if kind == "list" and elements is not None:
+    if isinstance(value, list) and elements is not None:
         for item in value:
             if problem := _type_problem(elements, None, item):
                 return f"elements: {problem}"
