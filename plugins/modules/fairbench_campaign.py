@@ -53,28 +53,22 @@ errors:
 
 import os
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_import import (
-    ON_CONTROL_NODE,
-    FairbenchImport,
-)
+from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_import import FairbenchImport
 
-with FairbenchImport(ON_CONTROL_NODE) as FAIRBENCH_IMPORT:
+with FairbenchImport.on_control_node() as FAIRBENCH_IMPORT:
     from fairbench.campaign.load import load_campaign
     from fairbench.campaign.model import CampaignError
     from fairbench.measure.results import new_run_id, run_id_problem
 
 
 def main() -> None:
-    module = AnsibleModule(
+    module = FAIRBENCH_IMPORT.ansible_module(
         argument_spec={
             "path": {"type": "str", "required": True},
             "base_dir": {"type": "path"},
             "run_id": {"type": "str"},
         },
-        supports_check_mode=True,
     )
-    FAIRBENCH_IMPORT.check(module)
     run_id = module.params["run_id"]
     problem = run_id_problem(run_id) if run_id is not None else None
     if problem:

@@ -120,13 +120,9 @@ baseline:
   type: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_import import (
-    ON_GPU_HOST,
-    FairbenchImport,
-)
+from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_import import FairbenchImport
 
-with FairbenchImport(ON_GPU_HOST) as FAIRBENCH_IMPORT:
+with FairbenchImport.on_gpu_host() as FAIRBENCH_IMPORT:
     from fairbench.hosts.clean_state import (
         SERVER_UNIT_GLOB,
         CleanStateError,
@@ -139,7 +135,7 @@ with FairbenchImport(ON_GPU_HOST) as FAIRBENCH_IMPORT:
 
 
 def main() -> None:
-    module = AnsibleModule(
+    module = FAIRBENCH_IMPORT.ansible_module(
         argument_spec={
             "port": {"type": "int"},
             "user": {"type": "str"},
@@ -156,9 +152,7 @@ def main() -> None:
             "nvidia_smi": {"type": "path", "default": "nvidia-smi"},
         },
         required_if=[("record_baseline", False, ("port", "user"))],
-        supports_check_mode=True,
     )
-    FAIRBENCH_IMPORT.check(module)
     params = module.params
     unit_pattern = params["unit_pattern"] or SERVER_UNIT_GLOB
     try:

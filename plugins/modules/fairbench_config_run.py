@@ -99,16 +99,12 @@ stopped_units:
 
 from pathlib import Path
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_import import (
-    ON_GPU_HOST,
-    FairbenchImport,
-)
+from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_import import FairbenchImport
 from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_sweep_options import (
     SWEEP_ARGUMENT_SPEC,
 )
 
-with FairbenchImport(ON_GPU_HOST) as FAIRBENCH_IMPORT:
+with FairbenchImport.on_gpu_host() as FAIRBENCH_IMPORT:
     from fairbench.campaign.model import CampaignError
     from fairbench.hosts.ansible_support import spec_from_arguments
     from fairbench.hosts.clean_state import SERVER_UNIT_GLOB
@@ -127,7 +123,7 @@ CLEAN_OPTIONS = {
 
 
 def main() -> None:
-    module = AnsibleModule(
+    module = FAIRBENCH_IMPORT.ansible_module(
         argument_spec={
             **SWEEP_ARGUMENT_SPEC,
             "unit": {"type": "str", "required": True},
@@ -135,9 +131,7 @@ def main() -> None:
             "journal_lines": {"type": "int", "default": 2000},
             "clean": {"type": "dict", "required": True, "options": CLEAN_OPTIONS},
         },
-        supports_check_mode=True,
     )
-    FAIRBENCH_IMPORT.check(module)
     params = module.params
     try:
         spec = spec_from_arguments(params)

@@ -91,13 +91,9 @@ equivalence:
 
 from pathlib import Path
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_import import (
-    ON_CONTROL_NODE,
-    FairbenchImport,
-)
+from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_import import FairbenchImport
 
-with FairbenchImport(ON_CONTROL_NODE) as FAIRBENCH_IMPORT:
+with FairbenchImport.on_control_node() as FAIRBENCH_IMPORT:
     from fairbench.fleet.equivalence import check_pools
     from fairbench.fleet.plan import SPREAD, PlanError, check_gpus, most_jobs, plan, pools
     from fairbench.fleet.queue import Queue, new_state, predict, sticky_hosts
@@ -105,7 +101,7 @@ with FairbenchImport(ON_CONTROL_NODE) as FAIRBENCH_IMPORT:
 
 
 def main() -> None:
-    module = AnsibleModule(
+    module = FAIRBENCH_IMPORT.ansible_module(
         argument_spec={
             "campaign": {"type": "dict", "required": True},
             "run_dir": {"type": "path", "required": True},
@@ -116,9 +112,7 @@ def main() -> None:
             "placement": {"type": "str", "choices": ["spread", "every-host"]},
             "queue": {"type": "bool", "default": True},
         },
-        supports_check_mode=True,
     )
-    FAIRBENCH_IMPORT.check(module)
     params = module.params
     campaign = params["campaign"]
     placement = params["placement"] or campaign["placement"]

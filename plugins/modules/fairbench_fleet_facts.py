@@ -48,22 +48,14 @@ ansible_facts:
   type: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_import import (
-    ON_GPU_HOST,
-    FairbenchImport,
-)
+from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_import import FairbenchImport
 
-with FairbenchImport(ON_GPU_HOST) as FAIRBENCH_IMPORT:
+with FairbenchImport.on_gpu_host() as FAIRBENCH_IMPORT:
     from fairbench.hosts.fleet_facts import collect
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={"sglang_python": {"type": "path"}},
-        supports_check_mode=True,
-    )
-    FAIRBENCH_IMPORT.check(module)
+    module = FAIRBENCH_IMPORT.ansible_module(argument_spec={"sglang_python": {"type": "path"}})
     facts = collect(sglang_python=module.params["sglang_python"])
     module.exit_json(changed=False, ansible_facts={"fleet_facts": facts})
 

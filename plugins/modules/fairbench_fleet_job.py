@@ -90,18 +90,14 @@ why:
 
 from pathlib import Path
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_import import (
-    ON_CONTROL_NODE,
-    FairbenchImport,
-)
+from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_import import FairbenchImport
 
-with FairbenchImport(ON_CONTROL_NODE) as FAIRBENCH_IMPORT:
+with FairbenchImport.on_control_node() as FAIRBENCH_IMPORT:
     from fairbench.fleet.queue import DONE, RUN, Claim, Finished, Queue
 
 
 def main() -> None:
-    module = AnsibleModule(
+    module = FAIRBENCH_IMPORT.ansible_module(
         argument_spec={
             "run_dir": {"type": "path", "required": True},
             "host": {"type": "str", "required": True},
@@ -118,9 +114,7 @@ def main() -> None:
             "predicted": {"type": "list", "elements": "dict", "default": []},
             "index": {"type": "int", "default": 0},
         },
-        supports_check_mode=True,
     )
-    FAIRBENCH_IMPORT.check(module)
     params = module.params
     if module.check_mode:
         predicted = params["predicted"]

@@ -44,22 +44,16 @@ ansible_facts:
   type: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_import import (
-    ON_GPU_HOST,
-    FairbenchImport,
-)
+from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_import import FairbenchImport
 
-with FairbenchImport(ON_GPU_HOST) as FAIRBENCH_IMPORT:
+with FairbenchImport.on_gpu_host() as FAIRBENCH_IMPORT:
     from fairbench.hosts.gpu import GpuFactsError, collect
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={"nvidia_smi": {"type": "path", "default": "nvidia-smi"}},
-        supports_check_mode=True,
+    module = FAIRBENCH_IMPORT.ansible_module(
+        argument_spec={"nvidia_smi": {"type": "path", "default": "nvidia-smi"}}
     )
-    FAIRBENCH_IMPORT.check(module)
     try:
         facts = collect(module.params["nvidia_smi"])
     except GpuFactsError as exc:

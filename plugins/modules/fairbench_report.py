@@ -36,23 +36,16 @@ failed_configs:
 
 from pathlib import Path
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_import import (
-    ON_CONTROL_NODE,
-    FairbenchImport,
-)
+from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_import import FairbenchImport
 
-with FairbenchImport(ON_CONTROL_NODE) as FAIRBENCH_IMPORT:
+with FairbenchImport.on_control_node() as FAIRBENCH_IMPORT:
     from fairbench.measure.results import ResultsError
     from fairbench.report.build import write_report
     from fairbench.report.load import load_run
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={"run_dir": {"type": "path", "required": True}}, supports_check_mode=True
-    )
-    FAIRBENCH_IMPORT.check(module)
+    module = FAIRBENCH_IMPORT.ansible_module(argument_spec={"run_dir": {"type": "path", "required": True}})
     run_dir = Path(module.params["run_dir"])
     try:
         run = load_run(run_dir)

@@ -100,13 +100,9 @@ status:
 
 from pathlib import Path
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_import import (
-    ON_CONTROL_NODE,
-    FairbenchImport,
-)
+from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_import import FairbenchImport
 
-with FairbenchImport(ON_CONTROL_NODE) as FAIRBENCH_IMPORT:
+with FairbenchImport.on_control_node() as FAIRBENCH_IMPORT:
     from fairbench.measure.status import (
         JOURNAL_EXCERPT_LINES,
         RANKS_DIR,
@@ -122,7 +118,7 @@ with FairbenchImport(ON_CONTROL_NODE) as FAIRBENCH_IMPORT:
 
 
 def main() -> None:
-    module = AnsibleModule(
+    module = FAIRBENCH_IMPORT.ansible_module(
         argument_spec={
             "dir": {"type": "path", "required": True},
             "host": {"type": "str", "required": True},
@@ -147,9 +143,7 @@ def main() -> None:
                 },
             },
         },
-        supports_check_mode=True,
     )
-    FAIRBENCH_IMPORT.check(module)
     params = module.params
     config_dir = Path(params["dir"])
     failure = Failure.from_json(params["failure"]) if params["failure"] else None

@@ -47,16 +47,12 @@ problems:
 
 from pathlib import Path
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_import import (
-    ON_GPU_HOST,
-    FairbenchImport,
-)
+from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_import import FairbenchImport
 from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_sweep_options import (
     SWEEP_ARGUMENT_SPEC,
 )
 
-with FairbenchImport(ON_GPU_HOST) as FAIRBENCH_IMPORT:
+with FairbenchImport.on_gpu_host() as FAIRBENCH_IMPORT:
     from fairbench.campaign.model import CampaignError
     from fairbench.hosts.ansible_support import spec_from_arguments, sweep
     from fairbench.measure.client import ServerUnreachable
@@ -67,11 +63,7 @@ with FairbenchImport(ON_GPU_HOST) as FAIRBENCH_IMPORT:
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=SWEEP_ARGUMENT_SPEC,
-        supports_check_mode=True,
-    )
-    FAIRBENCH_IMPORT.check(module)
+    module = FAIRBENCH_IMPORT.ansible_module(argument_spec=SWEEP_ARGUMENT_SPEC)
     params = module.params
     try:
         spec = spec_from_arguments(params)

@@ -68,27 +68,21 @@ out:
 
 from pathlib import Path
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_import import (
-    ON_GPU_HOST,
-    FairbenchImport,
-)
+from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_import import FairbenchImport
 
-with FairbenchImport(ON_GPU_HOST) as FAIRBENCH_IMPORT:
+with FairbenchImport.on_gpu_host() as FAIRBENCH_IMPORT:
     from fairbench.hosts.ansible_support import background_sweep
 
 
 def main() -> None:
-    module = AnsibleModule(
+    module = FAIRBENCH_IMPORT.ansible_module(
         argument_spec={
             "jid": {"type": "str", "required": True},
             "out": {"type": "path", "required": True},
             "async_dir": {"type": "path", "default": "~/.ansible_async"},
             "wait_s": {"type": "float", "default": 0.0},
         },
-        supports_check_mode=True,
     )
-    FAIRBENCH_IMPORT.check(module)
     params = module.params
     status = background_sweep(
         Path(params["async_dir"]), params["jid"], Path(params["out"]), wait_s=params["wait_s"]
