@@ -1,26 +1,21 @@
 """SGLang's own parser judges every shipped campaign (``fairbench validate --sglang-parser``) and the
 flag table bundled with fairbench.
 
-The parser needs SGLang 0.5.23, not a GPU: a venv with the CPU torch (``torch==2.13.0``, on this machine's
-disk), ``sglang==0.5.23 --no-deps`` and the few packages ``sglang.srt.server_args`` imports. It is built once
-under ~/.cache/fairbench/sglang-parser-venv (``FAIRBENCH_SGLANG_PARSER_VENV`` names another, or an existing
-one) and reused. Where it cannot be built the tests are skipped with the reason, which in CI is a failure.
+The parser needs SGLang 0.5.23, not a GPU: the tests' SGLang venv (tests/support/real_sglang.py), the one
+the real-server tests use, built once for all of them.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from tests.support.real_sglang import SGLANG_VERSION
+from tests.support import real_sglang
 
 from fairbench.campaign import sglang_flags as flag_rules
 from fairbench.campaign.load import load_campaign, parse_campaign
@@ -29,60 +24,17 @@ from fairbench.campaign.sglang_parser import check_campaign, parse_argvs, venv_p
 from fairbench.cli import validate as campaign_cli
 from fairbench.sim.args import flag_table
 
+# One pytest worker runs every test of real SGLang, so that one server start serves them all.
+pytestmark = pytest.mark.xdist_group("real_sglang")
+
 REPO = Path(__file__).resolve().parents[2]
 CAMPAIGNS = sorted((REPO / "campaigns").glob("*.yml"))
-TORCH = "torch==2.13.0"
-# What `import sglang.srt.server_args` and ServerArgs.add_cli_args import, found one ModuleNotFoundError at a
-# time (sglang 0.5.23, Python 3.11); everything else of SGLang's dependencies is left out.
-SERVER_ARGS_IMPORTS = [
-    "aiohttp", "IPython", "msgspec", "numpy", "orjson", "packaging", "pillow", "psutil", "pybase64",
-    "pydantic", "pyzmq", "requests", "starlette", "tqdm", "triton",
-]  # fmt: skip
-VENV = Path(
-    os.environ.get(
-        "FAIRBENCH_SGLANG_PARSER_VENV", Path.home() / ".cache" / "fairbench" / "sglang-parser-venv"
-    )
-)
-BUILD_TIMEOUT_S = 1800
-
-
-def _unavailable(reason: str) -> None:
-    """Skip the caller (in CI a failure: tests/support/ci_skips.py)."""
-    pytest.skip(f"SGLang's parser venv cannot be built here: {reason}")
-
-
-def _parser_ready(venv: Path) -> bool:
-    if not venv_python(venv).exists():
-        return False
-    probe = [str(venv_python(venv)), "-c", "import sglang.srt.server_args"]
-    return subprocess.run(probe, capture_output=True, check=False, timeout=300).returncode == 0
-
-
-def _build(venv: Path) -> None:
-    pip = [str(venv_python(venv)), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-    steps = [
-        [sys.executable, "-m", "venv", "--clear", str(venv)],
-        [*pip, TORCH],
-        [*pip, "--no-deps", f"sglang=={SGLANG_VERSION}"],
-        [*pip, *SERVER_ARGS_IMPORTS],
-    ]
-    for step in steps:
-        done = subprocess.run(step, capture_output=True, text=True, check=False, timeout=BUILD_TIMEOUT_S)
-        if done.returncode != 0:
-            tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-5:])
-            _unavailable(f"`{' '.join(step)}` failed:\n{tail}")
 
 
 @pytest.fixture(scope="module")
 def sglang_venv() -> Path:
-    if not _parser_ready(VENV):
-        start = time.monotonic()
-        VENV.parent.mkdir(parents=True, exist_ok=True)
-        _build(VENV)
-        if not _parser_ready(VENV):
-            _unavailable(f"{VENV}: `import sglang.srt.server_args` still fails after the build")
-        print(f"built {VENV} in {time.monotonic() - start:.0f} s")
-    return VENV
+    real_sglang.ensure_venv()
+    return real_sglang.VENV
 
 
 @pytest.mark.parametrize("path", CAMPAIGNS, ids=[path.name for path in CAMPAIGNS])

@@ -1,9 +1,12 @@
 """Real SGLang for the tests: a venv with the release the sglang role installs, and servers of the tiny model.
 
-The venv (``FAIRBENCH_SGLANG_VENV``, default ~/.cache/fairbench/sglang-venv) is built once and reused:
-``pip install sglang==<sglang_version>`` (the sglang role's default, read from its defaults file), from the
-wheelhouse ``FAIRBENCH_SGLANG_WHEELHOUSE`` names when it is set (CI builds one for the lab hosts and reuses it
-here), else from the package index (about 9.5 GB with the CUDA build of torch, which runs on the CPU too).
+The venv (``FAIRBENCH_SGLANG_VENV``, default ~/.cache/fairbench/sglang-venv) is built once and reused by every
+test that needs SGLang, its parser's tests included: ``uv pip install sglang==<sglang_version>`` with the uv
+release the sglang role installs (both read from the role's defaults file), from the wheelhouse
+``FAIRBENCH_SGLANG_WHEELHOUSE`` names when it is set (CI builds one for the lab hosts and reuses it here),
+else from the package index (about 9.5 GB with the CUDA build of torch, which runs on the CPU too). A file
+lock beside the venv makes a second builder (another pytest worker, or CI's build ahead of the tests) wait
+for the first and then reuse its venv. ``python -m tests.support.real_sglang`` builds it and exits.
 
 A server is started the way campaigns/lab-sglang.yml starts its ``baseline`` config, with its own flags
 on top, on the tiny model (tests/support/tiny_model.py) and a free loopback port. Where the venv cannot be
@@ -12,6 +15,7 @@ built the caller is skipped, which CI turns into a failure.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import socket
@@ -32,8 +36,12 @@ from fairbench.campaign.load import load_campaign
 
 REPO = Path(__file__).resolve().parents[2]
 LAB_CAMPAIGN = REPO / "campaigns" / "lab-sglang.yml"
-SGLANG_VERSION = str(yaml.safe_load((REPO / "roles/sglang/defaults/main.yml").read_text())["sglang_version"])
+_SGLANG_DEFAULTS = yaml.safe_load((REPO / "roles/sglang/defaults/main.yml").read_text())
+SGLANG_VERSION = str(_SGLANG_DEFAULTS["sglang_version"])
+UV_VERSION = str(_SGLANG_DEFAULTS["sglang_uv_version"])
 VENV = Path(os.environ.get("FAIRBENCH_SGLANG_VENV", Path.home() / ".cache" / "fairbench" / "sglang-venv"))
+# uv in a venv of its own beside SGLang's, as the sglang role bootstraps it on a host.
+UV_VENV = VENV.with_name(VENV.name + "-uv")
 BUILD_TIMEOUT_S = 1800
 # Cold start on 2 cores (torch, then the tokenizer manager and the scheduler) took up to about 100 s.
 START_TIMEOUT_S = 600
@@ -56,22 +64,33 @@ def _installed_version() -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
-def ensure_venv() -> Path:
-    """The venv's Python, building the venv first when it lacks SGLANG_VERSION."""
-    if _installed_version() == SGLANG_VERSION:
-        return _venv_python()
+def _run_step(step: list[str]) -> None:
+    done = subprocess.run(step, capture_output=True, text=True, check=False, timeout=BUILD_TIMEOUT_S)
+    if done.returncode != 0:
+        tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-8:])
+        unavailable(f"`{' '.join(step)}` failed:\n{tail}")
+
+
+def _build() -> None:
     wheelhouse = os.environ.get("FAIRBENCH_SGLANG_WHEELHOUSE")
     source = ["--no-index", "--find-links", wheelhouse] if wheelhouse else []
-    steps = [
-        [sys.executable, "-m", "venv", "--clear", str(VENV)],
-        [str(_venv_python()), "-m", "pip", "install", "--quiet", *source, f"sglang=={SGLANG_VERSION}"],
-    ]
+    uv = str(UV_VENV / "bin" / "uv")
+    _run_step([sys.executable, "-m", "venv", "--clear", str(UV_VENV)])
+    _run_step([str(UV_VENV / "bin" / "pip"), "install", "--quiet", *source, f"uv=={UV_VERSION}"])
+    _run_step([uv, "venv", "--quiet", "--clear", "--python", sys.executable, str(VENV)])
+    install = [uv, "pip", "install", "--quiet", "--python", str(_venv_python())]
+    _run_step([*install, *source, f"sglang=={SGLANG_VERSION}"])
+
+
+def ensure_venv() -> Path:
+    """The venv's Python, building the venv first when it lacks SGLANG_VERSION (one builder at a time)."""
+    if _installed_version() == SGLANG_VERSION:
+        return _venv_python()
     VENV.parent.mkdir(parents=True, exist_ok=True)
-    for step in steps:
-        done = subprocess.run(step, capture_output=True, text=True, check=False, timeout=BUILD_TIMEOUT_S)
-        if done.returncode != 0:
-            tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-8:])
-            unavailable(f"`{' '.join(step)}` failed:\n{tail}")
+    with VENV.with_name(VENV.name + ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _installed_version() != SGLANG_VERSION:
+            _build()
     if _installed_version() != SGLANG_VERSION:
         unavailable(f"{VENV}: sglang {SGLANG_VERSION} is still not importable after the build")
     return _venv_python()
@@ -145,3 +164,8 @@ def start(tmp_dir: Path, extra_args: Sequence[str] = (), *, config: str = "basel
         time.sleep(1)
     server.stop()
     raise AssertionError(f"SGLang not healthy after {START_TIMEOUT_S} s:\n{server.log_tail()}")
+
+
+if __name__ == "__main__":
+    started = time.monotonic()
+    print(f"{ensure_venv()}: sglang {SGLANG_VERSION}, ready in {time.monotonic() - started:.0f} s")
