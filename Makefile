@@ -15,8 +15,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# Independent tests over every core (real SGLang's in one worker, so that one server start serves them),
+# then the timing-sensitive ones (marker timing) alone, where no other test's load skews them.
 test: $(STAMP)
-	$(BIN)/pytest --durations=25
+	$(BIN)/pytest --durations=25 -n auto --dist loadgroup -m "not timing"
+	$(BIN)/pytest --durations=25 -m timing
 
 lint: $(STAMP)
 	$(BIN)/ruff check bench tests plugins roles
@@ -33,7 +36,8 @@ lab-test: $(STAMP)
 		tests/lab/test_provision_lab.py tests/lab/test_lab_hosts.py tests/lab/test_campaign_lab.py \
 		tests/lab/test_fleet_lab.py tests/lab/test_collection_lab.py
 
-# Real SGLang provisioned onto a lab host and run as campaign units; needs a fresh lab (make lab-down lab-up).
+# Real SGLang provisioned onto lab1 and run as campaign units; needs lab1 without SGLang: a fresh lab, or the
+# lab lab-test ran on (its provisioning tests provision lab2 only).
 lab-sglang-test: $(STAMP)
 	$(BIN)/pytest --durations=25 -m lab --junitxml=build/lab-sglang-test.xml tests/lab/test_sglang_lab.py
 

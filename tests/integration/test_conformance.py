@@ -42,6 +42,9 @@ from tests.support.tiny_model import build as build_tiny_model
 
 from fairbench.sim.args import flag_table
 
+# One pytest worker runs every test of real SGLang, so that one server start serves them all.
+pytestmark = pytest.mark.xdist_group("real_sglang")
+
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "sim-conformance.md"
 TARGETS = ("sim", "sglang")

@@ -17,6 +17,9 @@ from pathlib import Path
 import pytest
 from tests.support.real_sglang import RealServer, start
 
+# One pytest worker runs every test of real SGLang, so that one server start serves them all.
+pytestmark = pytest.mark.xdist_group("real_sglang")
+
 FAIRBENCH = [sys.executable, "-m", "fairbench"]
 WORKLOAD = ("--input-len", "128", "--output-len", "16", "--concurrency", "1,8", "--prompts-per-level", "16")
 # The lab's launch arguments include --enable-metrics: scraped often enough for a short point's window.
