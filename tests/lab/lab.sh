@@ -4,6 +4,8 @@
 #   tests/lab/lab.sh up [N]    boot N (default 2) Debian bookworm hosts with `systemd-nspawn -b`
 #   tests/lab/lab.sh down      stop them; no process, cgroup or mount is left behind
 #   tests/lab/lab.sh status    one line per host; exit 0 only when every host answers SSH
+#   tests/lab/lab.sh packages  the Debian packages of the tools `up` needs that this machine lacks (`up`
+#                              installs them; CI installs them beside its own, with one apt-get update)
 #   tests/lab/lab.sh ssh HOST [CMD...]   a root shell (or command) on lab host HOST (lab1, lab2, ...)
 #
 # Host i is "lab<i>": sshd on 127.0.0.1:(SSH_PORT_BASE+i), its LLM server on 127.0.0.1:(SERVICE_PORT_BASE+i).
@@ -71,15 +73,20 @@ need_root() {
     [[ $EUID -eq 0 ]] || die "must run as root (debootstrap, systemd-nspawn, cgroups and mounts need it)"
 }
 
-# Installs the host-side tools with apt when one is missing (CI starts from a bare Debian).
-ensure_tools() {
-    local missing=() cmd
+# The Debian packages of the host-side tools that this machine lacks, one per line.
+missing_packages() {
+    local cmd
     for cmd in debootstrap:debootstrap systemd-nspawn:systemd-container ssh:openssh-client \
         ssh-keygen:openssh-client flock:util-linux unshare:util-linux ss:iproute2; do
-        command -v "${cmd%%:*}" >/dev/null || missing+=("${cmd#*:}")
-    done
+        command -v "${cmd%%:*}" >/dev/null || printf '%s\n' "${cmd#*:}"
+    done | sort -u
+}
+
+# Installs the host-side tools with apt when one is missing (CI starts from a bare Debian).
+ensure_tools() {
+    local missing=()
+    mapfile -t missing < <(missing_packages)
     ((${#missing[@]})) || return 0
-    mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
     command -v apt-get >/dev/null || die "missing ${missing[*]} and no apt-get to install them"
     log "installing host tools: ${missing[*]}"
     local out
@@ -674,6 +681,7 @@ main() {
         ;;
     down) cmd_down ;;
     status) cmd_status ;;
+    packages) missing_packages ;;
     ssh) cmd_ssh "$@" ;;
     -h | --help | help) usage ;;
     *)

@@ -8,8 +8,9 @@ offline path of the sglang role); the venv uses the hosts' Python 3.11 (sglang_p
 able to download a Python here. The lab hosts have no GPU: ``nvidia_driver_require_gpu: false`` installs the
 driver anyway, and the GPU checks are skipped - which the tests assert.
 
-The first host is provisioned (twice: the second run must change nothing), the second only sees check mode,
-so both must be fresh: after a run, `lab.sh down && lab.sh up 2` before running these again.
+The second host is provisioned (twice: the second run must change nothing), the first only sees check mode,
+which changes nothing, so that tests/lab/test_sglang_lab.py can provision real SGLang onto it on the same lab.
+Both must be fresh: after a run, `lab.sh down && lab.sh up 2` before running these again.
 Skipped when no lab is up.
 """
 
@@ -156,7 +157,7 @@ def _flat(output: str) -> str:
 
 
 def test_check_mode_on_a_fresh_host_is_green_and_changes_nothing(hosts: list[str], extra_vars: Path) -> None:
-    host = hosts[1]
+    host = hosts[0]
     run = _provision(host, extra_vars, "--check", "--diff")
     assert run.returncode == 0, run.output[-4000:]
     assert run.recap(host)["failed"] == 0
@@ -172,7 +173,7 @@ def test_check_mode_on_a_fresh_host_is_green_and_changes_nothing(hosts: list[str
 
 
 def test_a_host_without_a_gpu_is_skipped_by_default(hosts: list[str], extra_vars: Path) -> None:
-    host = hosts[1]
+    host = hosts[0]
     run = _provision(host, extra_vars, "--check", "-e", '{"nvidia_driver_require_gpu": true}')
     assert run.returncode == 0, run.output[-4000:]
     flat = _flat(run.output)
@@ -188,14 +189,14 @@ def test_a_host_without_a_gpu_is_skipped_by_default(hosts: list[str], extra_vars
 
 @pytest.fixture(scope="module")
 def first_run(hosts: list[str], extra_vars: Path) -> PlaybookRun:
-    return _provision(hosts[0], extra_vars)
+    return _provision(hosts[1], extra_vars)
 
 
 def test_first_run_is_green(hosts: list[str], first_run: PlaybookRun) -> None:
     assert first_run.returncode == 0, first_run.output[-4000:]
-    recap = first_run.recap(hosts[0])
+    recap = first_run.recap(hosts[1])
     assert recap["failed"] == 0 and recap["changed"] > 0
-    assert GPU_SKIP.format(host=hosts[0]) in _flat(first_run.output)
+    assert GPU_SKIP.format(host=hosts[1]) in _flat(first_run.output)
     assert "Cuda compilation tools, release 13.0" in first_run.output
 
 
@@ -218,7 +219,7 @@ def test_the_host_is_provisioned(hosts: list[str], first_run: PlaybookRun) -> No
         "sglang": "/opt/sglang/venv/bin/python -m sglang.launch_server --help | grep -q model-path",
         "token": "stat -c '%U %a' /var/cache/fairbench-serving/huggingface/token | grep -qx 'fairbench 600'",
     }
-    failed = {name: command for name, command in checks.items() if _on_host(hosts[0], command).returncode}
+    failed = {name: command for name, command in checks.items() if _on_host(hosts[1], command).returncode}
     assert failed == {}
 
 
@@ -228,9 +229,9 @@ def test_token_is_not_logged(first_run: PlaybookRun) -> None:
 
 def test_second_run_changes_nothing(hosts: list[str], first_run: PlaybookRun, extra_vars: Path) -> None:
     assert first_run.returncode == 0
-    second = _provision(hosts[0], extra_vars)
+    second = _provision(hosts[1], extra_vars)
     assert second.returncode == 0, second.output[-4000:]
-    recap = second.recap(hosts[0])
+    recap = second.recap(hosts[1])
     changed = re.findall(r"^changed: \[.*$|^TASK \[.*$", second.output, re.MULTILINE)
     assert recap["changed"] == 0, "\n".join(changed)
-    assert GPU_SKIP.format(host=hosts[0]) in _flat(second.output)
+    assert GPU_SKIP.format(host=hosts[1]) in _flat(second.output)

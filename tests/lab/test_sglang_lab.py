@@ -8,8 +8,9 @@ embedding is smaller than its tokenizer, so real SGLang crashes on the first id 
 campaign's ``stream-4``, which must still run after the crash. A second run sweeps ``baseline`` again on the
 chat API.
 
-Needs a lab host that has no SGLang yet (the provisioning tests install a stub one): run it on a fresh lab
-(``make lab-down lab-up``). Results go to a temporary directory, never into results/.
+Needs lab1 without SGLang: a fresh lab (``make lab-down lab-up``), or one that ran ``make lab-test``, whose
+provisioning tests install their stub SGLang on lab2 only. Results go to a temporary directory, never into
+results/.
 """
 
 from __future__ import annotations
