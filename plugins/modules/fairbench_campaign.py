@@ -60,8 +60,8 @@ from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_impo
 )
 
 with FairbenchImport(ON_CONTROL_NODE) as FAIRBENCH_IMPORT:
+    from fairbench.campaign.findings import CampaignError
     from fairbench.campaign.load import load_campaign
-    from fairbench.campaign.model import CampaignError
     from fairbench.measure.results import new_run_id, run_id_problem
 
 

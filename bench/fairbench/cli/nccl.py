@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fairbench.campaign.findings import CampaignError
 from fairbench.campaign.load import load_campaign
-from fairbench.campaign.model import CampaignError
 from fairbench.cli.main import UsageError
 from fairbench.cli.sweep import bounded, concurrency_list
 from fairbench.measure import bounds

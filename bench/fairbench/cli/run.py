@@ -22,8 +22,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from fairbench.campaign.findings import CampaignError
 from fairbench.campaign.load import load_campaign
-from fairbench.campaign.model import CampaignError
 from fairbench.cli import run_dir, run_extra_vars, run_options
 from fairbench.cli.main import UsageError
 from fairbench.cli.run_display import RunDisplay
