@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from fairbench.campaign.findings import CampaignError
+from fairbench.campaign.fleet_facts import FACTS
 from fairbench.campaign.load import load_campaign, parse_campaign
 from fairbench.campaign.model import (
     DEFAULT_NODES,
@@ -21,7 +22,6 @@ from fairbench.campaign.model import (
     Campaign,
 )
 from fairbench.campaign.schema import campaign_schema
-from fairbench.hosts.fleet_facts import FACTS
 from fairbench.measure.bounds import NODES
 
 SOURCE = "campaigns/fleet.yml"

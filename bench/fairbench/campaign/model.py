@@ -343,7 +343,7 @@ class Campaign:
     """One of ``PLACEMENTS``."""
     accept_host_differences: tuple[str, ...]
     """Host facts that may differ between the hosts of a pool (names of
-    ``fairbench.hosts.fleet_facts.FACTS``)."""
+    ``fairbench.campaign.fleet_facts.FACTS``)."""
 
     def to_json(self) -> dict[str, Any]:
         """The expanded campaign as plain data: campaign.json, and the Ansible module's facts."""
