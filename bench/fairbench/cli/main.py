@@ -2,7 +2,8 @@
 
 Importing lazily keeps ``fairbench sweep`` fast to its first request: the
 simulator, the campaign model and the report each pull in their own imports.
-Each command module exposes ``configure(parser)`` and ``run(args) -> int``.
+Each command is the module of its name in this package (``fairbench.cli.sim``
+for ``fairbench sim``) and exposes ``configure(parser)`` and ``run(args) -> int``.
 """
 
 from __future__ import annotations
@@ -14,19 +15,18 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-COMMANDS: dict[str, tuple[str, str]] = {
-    "sweep": ("fairbench.cli.sweep", "run a concurrency sweep against one server"),
-    "sim": ("fairbench.sim.command", "an SGLang-compatible simulated server"),
-    "validate": ("fairbench.cli.validate", "check a campaign file and show each config's command line"),
-    "report": ("fairbench.cli.report", "the fair comparison of a run (or two runs): report.md, .html, plots"),
-    "export": ("fairbench.cli.export", "every point of a run as one table: CSV, or Parquet with pyarrow"),
-    "nccl": ("fairbench.cli.nccl", "all-reduce latency and bus bandwidth per NCCL variant: nccl.json"),
-    "run": ("fairbench.cli.run", "a campaign on an inventory's hosts through ansible-runner, shown live"),
+from fairbench.cli.usage import UsageError
+
+COMMANDS: dict[str, str] = {
+    "sweep": "run a concurrency sweep against one server",
+    "sim": "an SGLang-compatible simulated server",
+    "validate": "check a campaign file and show each config's command line",
+    "report": "the fair comparison of a run (or two runs): report.md, .html, plots",
+    "export": "every point of a run as one table: CSV, or Parquet with pyarrow",
+    "nccl": "all-reduce latency and bus bandwidth per NCCL variant: nccl.json",
+    "run": "a campaign on an inventory's hosts through ansible-runner, shown live",
 }
-
-
-class UsageError(Exception):
-    """Invalid command-line input; the message names the argument and the rule."""
+"""Each subcommand -> its help; its module is ``fairbench.cli.<subcommand>``."""
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
@@ -40,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="fairbench", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, (_, help_text) in COMMANDS.items():
+    for name, help_text in COMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)
     if not argv or argv[0] not in COMMANDS:
         parser.parse_args(argv)  # prints usage or the unknown-command error and exits
@@ -48,8 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     name = argv[0]
     try:
         # A command's imports take a noticeable moment (aiohttp, ssl): Ctrl-C may come during them.
-        module = importlib.import_module(COMMANDS[name][0])
-        command_parser = OneLineErrorParser(prog=f"fairbench {name}", description=COMMANDS[name][1])
+        module = importlib.import_module(f"fairbench.cli.{name}")
+        command_parser = OneLineErrorParser(prog=f"fairbench {name}", description=COMMANDS[name])
         module.configure(command_parser)
         args = command_parser.parse_args(argv[1:])
         code = int(module.run(args))

@@ -15,8 +15,8 @@ from typing import Any
 
 from fairbench.campaign.findings import CampaignError
 from fairbench.campaign.load import load_campaign
-from fairbench.cli.main import UsageError
 from fairbench.cli.sweep import bounded, concurrency_list
+from fairbench.cli.usage import UsageError
 from fairbench.measure import bounds
 from fairbench.nccl.runner import (
     DEFAULT_CONCURRENCY,
