@@ -56,8 +56,8 @@ import os
 from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_import import FairbenchImport
 
 with FairbenchImport.on_control_node() as FAIRBENCH_IMPORT:
+    from fairbench.campaign.findings import CampaignError
     from fairbench.campaign.load import load_campaign
-    from fairbench.campaign.model import CampaignError
     from fairbench.measure.results import new_run_id, run_id_problem
 
 

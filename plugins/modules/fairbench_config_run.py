@@ -105,7 +105,7 @@ from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_swee
 )
 
 with FairbenchImport.on_gpu_host() as FAIRBENCH_IMPORT:
-    from fairbench.campaign.model import CampaignError
+    from fairbench.campaign.findings import CampaignError
     from fairbench.hosts.ansible_support import spec_from_arguments
     from fairbench.hosts.clean_state import SERVER_UNIT_GLOB
     from fairbench.hosts.config_run import CleanSettings, JobRun, StageError, plan, run_job

@@ -53,7 +53,7 @@ from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_swee
 )
 
 with FairbenchImport.on_gpu_host() as FAIRBENCH_IMPORT:
-    from fairbench.campaign.model import CampaignError
+    from fairbench.campaign.findings import CampaignError
     from fairbench.hosts.ansible_support import spec_from_arguments, sweep
     from fairbench.measure.client import ServerUnreachable
     from fairbench.measure.energy import GpuSelectionError

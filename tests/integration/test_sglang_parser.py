@@ -18,8 +18,9 @@ import yaml
 from tests.support import real_sglang
 
 from fairbench.campaign import sglang_flags as flag_rules
+from fairbench.campaign.findings import CampaignError
 from fairbench.campaign.load import load_campaign, parse_campaign
-from fairbench.campaign.model import ArgValue, CampaignError, render_flags
+from fairbench.campaign.model import ArgValue, render_flags
 from fairbench.campaign.sglang_parser import check_campaign, parse_argvs, venv_python
 from fairbench.cli import validate as campaign_cli
 from fairbench.sim.args import flag_table

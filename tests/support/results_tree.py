@@ -40,6 +40,7 @@ from typing import Any
 
 import yaml
 
+from fairbench.campaign.fleet_facts import REASONS
 from fairbench.campaign.load import parse_campaign
 from fairbench.campaign.model import Campaign, ServingConfig
 from fairbench.fleet.equivalence import check_pools
@@ -47,7 +48,6 @@ from fairbench.fleet.plan import PLAY_POOL, Job, plan
 from fairbench.fleet.queue import FLEET_FILE, RUNNING, QueueState, new_state, predict
 from fairbench.hosts import ansible_support
 from fairbench.hosts.ansible_support import host_facts
-from fairbench.hosts.fleet_facts import REASONS
 from fairbench.measure.client import ServerUnreachable
 from fairbench.measure.repeats import AutoRepeats
 from fairbench.measure.results import CAMPAIGN_FILE, ResultsError, RunIdentity

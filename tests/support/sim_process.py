@@ -15,8 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from fairbench.cli.sim import configure
 from fairbench.sim.args import SimConfig, resolve
-from fairbench.sim.command import configure
 
 REPO = Path(__file__).resolve().parents[2]
 FAIRBENCH = [sys.executable, "-m", "fairbench"]

@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
+from fairbench.campaign.findings import CampaignError
 from fairbench.campaign.load import load_campaign, parse_campaign
-from fairbench.campaign.model import ArgValue, Campaign, CampaignError, Workload, render_flags
+from fairbench.campaign.model import ArgValue, Campaign, render_flags
+from fairbench.campaign.workload import workload_from_json
 from fairbench.cli.main import main
 
 SOURCE = "campaigns/x.yml"
@@ -825,9 +827,9 @@ def test_flags_that_set_the_gpu_count_are_checked(key: str, value: object, messa
 
 def test_a_workload_round_trips_through_json() -> None:
     workload = parse(VALID).workload
-    assert Workload.from_json(workload.to_json(), "sweep") == workload
+    assert workload_from_json(workload.to_json(), "sweep") == workload
     with pytest.raises(CampaignError) as caught:
-        Workload.from_json({**workload.to_json(), "repeats": 0}, "sweep")
+        workload_from_json({**workload.to_json(), "repeats": 0}, "sweep")
     assert caught.value.messages == [
         "sweep: workload.repeats: must be an integer from 1 to 1,000 repeats, got 0"
     ]

@@ -11,8 +11,9 @@ import pytest
 import yaml
 
 from fairbench.campaign import sglang_flags as flag_rules
+from fairbench.campaign.findings import CampaignError
 from fairbench.campaign.load import load_campaign, parse_campaign
-from fairbench.campaign.model import Campaign, CampaignError
+from fairbench.campaign.model import Campaign
 from fairbench.cli.main import main
 from fairbench.sim.args import flag_table
 

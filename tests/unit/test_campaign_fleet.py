@@ -12,16 +12,16 @@ import jsonschema
 import pytest
 import yaml
 
+from fairbench.campaign.findings import CampaignError
+from fairbench.campaign.fleet_facts import FACTS
 from fairbench.campaign.load import load_campaign, parse_campaign
 from fairbench.campaign.model import (
     DEFAULT_NODES,
     DEFAULT_PLACEMENT,
     PLACEMENTS,
     Campaign,
-    CampaignError,
 )
 from fairbench.campaign.schema import campaign_schema
-from fairbench.hosts.fleet_facts import FACTS
 from fairbench.measure.bounds import NODES
 
 SOURCE = "campaigns/fleet.yml"

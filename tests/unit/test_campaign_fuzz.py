@@ -13,8 +13,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fairbench.campaign.findings import CampaignError
 from fairbench.campaign.load import parse_campaign
-from fairbench.campaign.model import Campaign, CampaignError
+from fairbench.campaign.model import Campaign
 from fairbench.campaign.workload import AUTO_REPEATS_KEYS
 from fairbench.measure import bounds
 from fairbench.measure.bounds import UNIT_LINE_ENDS, Bound, unit_text_problem

@@ -14,8 +14,9 @@ import yaml
 from fairbench.campaign import findings as findings_module
 from fairbench.campaign import sglang_flags as flag_rules
 from fairbench.campaign.expand import MAX_EXPANDED_VALUES
+from fairbench.campaign.findings import CampaignError
 from fairbench.campaign.load import load_campaign, parse_campaign
-from fairbench.campaign.model import Campaign, CampaignError
+from fairbench.campaign.model import Campaign
 from fairbench.campaign.source import MAX_CAMPAIGN_BYTES, MAX_CAMPAIGN_NODES
 from fairbench.cli.main import main
 

@@ -14,8 +14,8 @@ import jsonschema
 import pytest
 import yaml
 
+from fairbench.campaign.findings import CampaignError
 from fairbench.campaign.load import load_campaign, parse_campaign
-from fairbench.campaign.model import CampaignError
 from fairbench.campaign.schema import campaign_schema, main, schema_text
 from fairbench.campaign.sglang_flags import sglang_flags
 

@@ -12,9 +12,11 @@ import jsonschema
 import pytest
 import yaml
 
+from fairbench.campaign.findings import CampaignError
 from fairbench.campaign.load import parse_campaign
-from fairbench.campaign.model import Campaign, CampaignError, Workload
+from fairbench.campaign.model import Campaign
 from fairbench.campaign.schema import campaign_schema
+from fairbench.campaign.workload import workload_from_json
 from fairbench.measure.repeats import AutoRepeats, repeats_to_json
 from fairbench.measure.slo import SLO_KEY_RULE, SLO_LIMIT_RULE, SloTarget
 
@@ -151,7 +153,7 @@ def test_repeats_are_a_count_or_automatic_with_the_defaults_for_what_is_left_out
     workload = parse(changed({"repeats": repeats})).workload
     assert workload.repeats == expected
     assert workload.to_json()["repeats"] == repeats_to_json(expected)
-    assert Workload.from_json(workload.to_json(), "sweep") == workload
+    assert workload_from_json(workload.to_json(), "sweep") == workload
 
 
 def test_repeats_default_to_one_fixed_repeat() -> None:
@@ -228,7 +230,7 @@ def test_search_resolution_with_an_slo_is_kept_and_written_back() -> None:
     campaign = parse(changed({"search_resolution": 4}, slo={"ttft_p99_ms": 2000}))
     assert campaign.workload.search_resolution == 4
     assert campaign.to_json()["workload"]["search_resolution"] == 4
-    assert Workload.from_json(campaign.workload.to_json(), "sweep") == campaign.workload
+    assert workload_from_json(campaign.workload.to_json(), "sweep") == campaign.workload
 
 
 def test_without_search_resolution_there_is_no_search_and_no_key() -> None:
@@ -247,7 +249,7 @@ def test_search_resolution_needs_an_slo(slo: object) -> None:
 
 def test_the_slo_rule_is_the_campaigns_a_workload_alone_may_search() -> None:
     data = parse(changed({"search_resolution": 4}, slo={"ttft_p99_ms": 2000})).workload.to_json()
-    assert Workload.from_json(data, "sweep").search_resolution == 4
+    assert workload_from_json(data, "sweep").search_resolution == 4
 
 
 def test_search_resolution_runs_over_concurrency_levels_only() -> None:
@@ -297,7 +299,7 @@ def test_an_open_loop_is_written_with_its_keys_and_read_back() -> None:
         "max_concurrency", "prompts_per_level", "warmup", "repeats", "seed",
     ]  # fmt: skip
     assert (data["request_rate"], data["arrival"], data["burstiness"]) == ([0.5, 2.0, 8.0], "gamma", 0.25)
-    assert Workload.from_json(data, "sweep") == workload
+    assert workload_from_json(data, "sweep") == workload
 
 
 def test_a_closed_loop_is_written_as_before_open_loops() -> None:

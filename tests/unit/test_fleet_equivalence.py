@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from fairbench.campaign.fleet_facts import FACTS, REASONS
 from fairbench.fleet.equivalence import (
     MISSING_FACT,
     Difference,
@@ -14,7 +15,6 @@ from fairbench.fleet.equivalence import (
     check_pools,
     differences,
 )
-from fairbench.hosts.fleet_facts import FACTS, REASONS
 
 H200_HOST: dict[str, Any] = {
     "gpu_model": "NVIDIA H200",

@@ -19,10 +19,9 @@ import pytest
 from tests.support.fake_nvidia_smi import write_fake_nvidia_smi
 
 import fairbench
+from fairbench.campaign.fleet_facts import FACTS, REASONS
 from fairbench.hosts import fleet_facts
 from fairbench.hosts.fleet_facts import (
-    FACTS,
-    REASONS,
     collect,
     parse_cpu_models,
     parse_cuda_version_json,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fairbench.hosts.journal import excerpt
+from fairbench.measure.journal import excerpt
 
 PREFIX = "2026-12-01T09:16:38+0000 lab1 python[3417]: "
 

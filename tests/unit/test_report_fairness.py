@@ -21,10 +21,10 @@ import pytest
 from tests.support.report_files import CAMPAIGN, first_screen, lines, point
 from tests.support.results_tree import REPO, SERVING_ENVIRONMENT, fairbench_report
 
+from fairbench.cli.sim import configure
 from fairbench.hosts.gpu import facts_from
 from fairbench.report.formatting import setting_values
 from fairbench.sim.args import resolve
-from fairbench.sim.command import configure
 from fairbench.sim.server import SimServer
 
 GPU_RECORDINGS = REPO / "tests" / "fixtures" / "gpu"

@@ -29,7 +29,7 @@ from tests.support.results_tree import (
 )
 
 from fairbench.fleet.timeline import Timeline, host_overheads, overhead_s, summary
-from fairbench.hosts.journal import excerpt
+from fairbench.measure.journal import excerpt
 from fairbench.measure.stats import compare
 from fairbench.measure.status import JOURNAL_EXCERPT_LINES
 from fairbench.report.build import headlines, report_blocks

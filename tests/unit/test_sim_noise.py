@@ -8,8 +8,8 @@ import statistics
 
 import pytest
 
+from fairbench.cli.sim import configure
 from fairbench.sim.args import resolve
-from fairbench.sim.command import configure
 from fairbench.sim.engine import (
     BUSY_PERIOD_GAP_S,
     Engine,

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
+from fairbench.cli.sim import configure
 from fairbench.sim.args import SimConfig, resolve
-from fairbench.sim.command import configure
 from fairbench.sim.predict import (
     highest_concurrency_meeting,
     percentile,

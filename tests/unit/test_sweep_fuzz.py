@@ -16,8 +16,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from yarl import URL
 
-from fairbench.cli.main import OneLineErrorParser, UsageError
+from fairbench.cli.main import OneLineErrorParser
 from fairbench.cli.sweep import configure, spec_from_args, summary_table
+from fairbench.cli.usage import UsageError
 from fairbench.measure import bounds
 from fairbench.measure.repeats import AutoRepeats, Repeats
 from fairbench.measure.results import POINTS_FILE, SWEEP_FILE, ResultsDir, ResultsError

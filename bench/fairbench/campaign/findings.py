@@ -12,10 +12,17 @@ purpose) are kept with the campaign instead.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
-from fairbench.campaign.model import CampaignError
 from fairbench.measure.bounds import unit_text_problem
+
+
+class CampaignError(Exception):
+    """A campaign broke one or more rules; ``messages`` holds every one, each starting with the file name."""
+
+    def __init__(self, messages: Sequence[str]) -> None:
+        super().__init__("\n".join(messages))
+        self.messages = list(messages)
 
 
 class Findings:

@@ -5,7 +5,7 @@ At the top level:
 - ``placement`` (``PLACEMENTS``): ``spread`` (``DEFAULT_PLACEMENT``) runs each config, and each repeat of
   it, on one host of its pool, the hosts taking the next job when free; ``every-host`` runs every config on
   every host of its pool, to compare the hosts' hardware.
-- ``accept_host_differences``: names of host facts (``fairbench.hosts.fleet_facts.FACTS``) that may differ
+- ``accept_host_differences``: names of host facts (``fairbench.campaign.fleet_facts.FACTS``) that may differ
   between the hosts of a pool: such a difference is reported as a threat instead of stopping a spread
   campaign. Each name once; default none.
 
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 from fairbench.campaign.checks import Fields, bounded
 from fairbench.campaign.findings import Findings, describe
+from fairbench.campaign.fleet_facts import FACTS
 from fairbench.campaign.model import DEFAULT_NODES
-from fairbench.hosts.fleet_facts import FACTS
 from fairbench.measure.bounds import NODES
 
 GROUP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

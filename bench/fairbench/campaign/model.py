@@ -69,9 +69,8 @@ config's ``nodes`` and ``hosts`` are its own where it sets them, else those of t
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeGuard
 
 from fairbench.measure.bounds import GPUS, Bound
@@ -144,14 +143,6 @@ def is_int(value: object) -> TypeGuard[int]:
 def within(value: object, bound: Bound) -> TypeGuard[int]:
     """Whether ``value`` is an integer inside ``bound``."""
     return is_int(value) and bound.low <= value <= bound.high
-
-
-class CampaignError(Exception):
-    """A campaign broke one or more rules; ``messages`` holds every one, each starting with the file name."""
-
-    def __init__(self, messages: Sequence[str]) -> None:
-        super().__init__("\n".join(messages))
-        self.messages = list(messages)
 
 
 @dataclass(frozen=True)
@@ -278,18 +269,6 @@ class Workload:
             **({} if self.search_resolution is None else {"search_resolution": self.search_resolution}),
         }
 
-    @classmethod
-    def from_json(cls, data: object, source: str) -> Workload:
-        """A workload from ``to_json`` data (e.g. module arguments); ``source`` starts the error messages."""
-        # The checks build on this module: imported once it is complete.
-        from fairbench.campaign.findings import Findings  # noqa: PLC0415
-        from fairbench.campaign.workload import check_workload  # noqa: PLC0415
-
-        findings = Findings(source)
-        workload = check_workload(findings, "workload", data, Path())
-        findings.raise_errors()
-        return workload
-
 
 @dataclass(frozen=True)
 class ServingConfig:
@@ -364,7 +343,7 @@ class Campaign:
     """One of ``PLACEMENTS``."""
     accept_host_differences: tuple[str, ...]
     """Host facts that may differ between the hosts of a pool (names of
-    ``fairbench.hosts.fleet_facts.FACTS``)."""
+    ``fairbench.campaign.fleet_facts.FACTS``)."""
 
     def to_json(self) -> dict[str, Any]:
         """The expanded campaign as plain data: campaign.json, and the Ansible module's facts."""

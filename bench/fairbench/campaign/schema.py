@@ -35,6 +35,7 @@ from typing import Any
 
 from fairbench.campaign.checks import UNIT_NAME_PART
 from fairbench.campaign.fleet import GROUP_NAME
+from fairbench.campaign.fleet_facts import FACTS
 from fairbench.campaign.model import (
     ARRIVALS,
     CONFIG_KEYS,
@@ -56,7 +57,6 @@ from fairbench.campaign.model import (
 from fairbench.campaign.sglang_flags import BOUNDED_ARGS, DEPRECATED_ARGS, REJECTED_ARGS, sglang_flags
 from fairbench.campaign.structure import ENV_NAME, FLAG_NAME
 from fairbench.campaign.workload import AUTO_REPEATS_KEYS, BOUNDS, LEAST_REQUESTS, TIMES_CONCURRENCY
-from fairbench.hosts.fleet_facts import FACTS
 from fairbench.measure.bounds import (
     AUTO_REPEATS,
     BURSTINESS,

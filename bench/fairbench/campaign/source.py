@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from fairbench.campaign.model import CampaignError
+from fairbench.campaign.findings import CampaignError
 from fairbench.measure.bounds import unit_text_problem
 
 MAX_CAMPAIGN_BYTES = 256 * 1024

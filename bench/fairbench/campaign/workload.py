@@ -313,6 +313,15 @@ def check_workload(findings: Findings, path: str, value: object, base_dir: Path)
     )
 
 
+def workload_from_json(data: object, source: str) -> Workload:
+    """A workload from ``Workload.to_json`` data (e.g. module arguments); CampaignError, its messages
+    starting with ``source``, when it breaks a rule."""
+    findings = Findings(source)
+    workload = check_workload(findings, "workload", data, Path())
+    findings.raise_errors()
+    return workload
+
+
 STAND_IN_WORKLOAD = Workload(
     api=APIS[0],
     dataset=RANDOM_IDS,

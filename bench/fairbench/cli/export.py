@@ -20,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO
 
-from fairbench.cli.main import UsageError
+from fairbench.cli.usage import UsageError
 from fairbench.measure.results import IDENTITY_KEYS, ResultsError, RunIdentity
 from fairbench.report.load import Run, load_run
 

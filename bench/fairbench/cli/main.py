@@ -2,7 +2,8 @@
 
 Importing lazily keeps ``fairbench sweep`` fast to its first request: the
 simulator, the campaign model and the report each pull in their own imports.
-Each command module exposes ``configure(parser)`` and ``run(args) -> int``.
+Each command is the module of its name in this package (``fairbench.cli.sim``
+for ``fairbench sim``) and exposes ``configure(parser)`` and ``run(args) -> int``.
 """
 
 from __future__ import annotations
@@ -16,18 +17,19 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from fairbench import __version__
+from fairbench.cli.usage import UsageError
 
-COMMANDS: dict[str, tuple[str, str]] = {
-    "sweep": ("fairbench.cli.sweep", "measure one running server at each load level: points.jsonl"),
-    "sim": ("fairbench.sim.command", "serve a simulated SGLang server (no GPU), or predict a sweep of it"),
-    "validate": ("fairbench.cli.validate", "check campaign files; print each config's server command line"),
-    "report": ("fairbench.cli.report", "compare the configs of a run (or two runs): report.md, .html, plots"),
-    "export": ("fairbench.cli.export", "write every point of a run as one table: CSV or Parquet"),
-    "nccl": ("fairbench.cli.nccl", "measure all-reduce across this host's GPUs per NCCL setting: nccl.json"),
-    "run": ("fairbench.cli.run", "run a campaign on an inventory's hosts with Ansible; ends in its report"),
+COMMANDS: dict[str, str] = {
+    "sweep": "measure one running server at each load level: points.jsonl",
+    "sim": "serve a simulated SGLang server (no GPU), or predict a sweep of it",
+    "validate": "check campaign files; print each config's server command line",
+    "report": "compare the configs of a run (or two runs): report.md, .html, plots",
+    "export": "write every point of a run as one table: CSV or Parquet",
+    "nccl": "measure all-reduce across this host's GPUs per NCCL setting: nccl.json",
+    "run": "run a campaign on an inventory's hosts with Ansible; ends in its report",
 }
-"""Each command's module, and the line ``fairbench --help`` lists it with; the module's ``configure`` writes
-the command's own help (what it does and ends in, examples)."""
+"""Each command, and the line ``fairbench --help`` lists it with; its module is ``fairbench.cli.<command>``,
+whose ``configure`` writes the command's own help (what it does and ends in, examples)."""
 
 DESCRIPTION = (
     "fairbench deploys LLM serving configurations (SGLang, or its simulator) to GPU hosts with Ansible, each "
@@ -42,10 +44,6 @@ examples, in the usual order (a campaign file names the configs and the workload
 
 "fairbench COMMAND --help" describes each command; docs/running.md has the details.
 """
-
-
-class UsageError(Exception):
-    """Invalid command-line input; the message names the argument and the rule."""
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -86,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND", required=True)
-    for name, (_, help_text) in COMMANDS.items():
+    for name, help_text in COMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)
     if not argv or argv[0] not in COMMANDS:
         parser.parse_args(argv)  # prints usage or the unknown-command error and exits
@@ -94,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     name = argv[0]
     try:
         # A command's imports take a noticeable moment (aiohttp, ssl): Ctrl-C may come during them.
-        module = importlib.import_module(COMMANDS[name][0])
+        module = importlib.import_module(f"fairbench.cli.{name}")
         command_parser = OneLineErrorParser(prog=f"fairbench {name}", formatter_class=HelpFormatter)
         module.configure(command_parser)
         args = command_parser.parse_args(argv[1:])

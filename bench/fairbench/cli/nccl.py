@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fairbench.campaign.findings import CampaignError
 from fairbench.campaign.load import load_campaign
-from fairbench.campaign.model import CampaignError
-from fairbench.cli.main import UsageError
 from fairbench.cli.sweep import bounded, concurrency_list
+from fairbench.cli.usage import UsageError
 from fairbench.measure import bounds
 from fairbench.nccl.runner import (
     DEFAULT_CONCURRENCY,

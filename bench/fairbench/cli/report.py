@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fairbench.cli.main import UsageError
+from fairbench.cli.usage import UsageError
 from fairbench.measure.results import ResultsError
 from fairbench.report.build import write_report
 from fairbench.report.load import load_run

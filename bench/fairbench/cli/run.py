@@ -22,12 +22,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from fairbench.campaign.findings import CampaignError
 from fairbench.campaign.load import load_campaign
-from fairbench.campaign.model import CampaignError
 from fairbench.cli import run_dir, run_extra_vars, run_options
-from fairbench.cli.main import UsageError
 from fairbench.cli.run_display import RunDisplay
 from fairbench.cli.run_prompts import ask_secrets
+from fairbench.cli.usage import UsageError
 from fairbench.measure.results import new_run_id, run_id_problem
 
 RESERVED_VARS = {"campaign": "the CAMPAIGN argument", "run_id": "--run-id"}

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from fairbench.cli.main import UsageError
+from fairbench.cli.usage import UsageError
 
 OPTION = "-e/--extra-var"
 

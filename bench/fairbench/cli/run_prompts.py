@@ -12,8 +12,8 @@ import argparse
 import getpass
 import re
 
-from fairbench.cli.main import UsageError
 from fairbench.cli.run_options import vault_id_parts
+from fairbench.cli.usage import UsageError
 
 SSH_PROMPT = r"^SSH password:\s*?$"
 BECOME_PROMPT = r"^(?!SSH )[A-Z]+ password(\[defaults to SSH password\])?:\s*?$"

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from fairbench.cli.main import UsageError
+from fairbench.cli.usage import UsageError
 from fairbench.measure import bounds
 from fairbench.measure.arrivals import ARRIVALS
 from fairbench.measure.bounds import Bound

@@ -6,8 +6,9 @@ import argparse
 import shlex
 import sys
 
+from fairbench.campaign.findings import CampaignError
 from fairbench.campaign.load import load_campaign
-from fairbench.campaign.model import DEFAULT_NODES, Campaign, CampaignError, ServingConfig
+from fairbench.campaign.model import DEFAULT_NODES, Campaign, ServingConfig
 from fairbench.campaign.sglang_parser import SGLangParserError, check_campaign
 
 DESCRIPTION = (

@@ -1,4 +1,4 @@
-"""Whether the hosts of each pool are equivalent, from their fleet facts (fairbench.hosts.fleet_facts).
+"""Whether the hosts of each pool are equivalent, from their fleet facts (fairbench.campaign.fleet_facts).
 
 A campaign spread over a pool (the inventory group ``gpu_hosts``, or a group a config is pinned to) runs
 each config on one host, so comparing two configs is fair only when their hosts agree on every fact of
@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fairbench.hosts.fleet_facts import FACTS, REASONS
+from fairbench.campaign.fleet_facts import FACTS, REASONS
 
 MISSING_FACT = "not reported by the host (its fairbench predates this fact)"
 """The reason of a fact a host's facts lack, as with an older fairbench on it."""

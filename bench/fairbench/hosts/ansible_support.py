@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from fairbench import __version__
-from fairbench.campaign.model import CampaignError, Workload
+from fairbench.campaign.findings import CampaignError
+from fairbench.campaign.model import Workload
+from fairbench.campaign.workload import workload_from_json
 from fairbench.hosts.gpu import GpuFacts, GpuFactsError, collect
 from fairbench.hosts.unit_security import unit_security
 from fairbench.measure.progress import Progress
@@ -123,7 +125,7 @@ def spec_from_arguments(arguments: dict[str, Any]) -> SweepSpec:
     except SloError as exc:
         raise CampaignError([f"slo argument: {exc}"]) from None
     return sweep_spec(
-        Workload.from_json(arguments["workload"], "workload argument"),
+        workload_from_json(arguments["workload"], "workload argument"),
         arguments["url"],
         model=arguments["model"],
         gpus=arguments["gpus"],

@@ -1,21 +1,11 @@
-"""The facts that must match between equivalent GPU hosts of a pool, and ``collect`` to read them on a host.
+"""``collect``: a GPU host's fleet facts, the facts that must match between equivalent hosts of a pool.
 
-A campaign spread over a pool runs each config on one host, so its configs compare fairly only when the
-hosts do not differ in what shapes a measurement. ``FACTS`` names those facts (name -> what it is); the
-control node compares them (fairbench.fleet.equivalence) and a campaign may accept a difference by name
-(``accept_host_differences``). ``collect`` returns one JSON object per host:
-
-- every name of ``FACTS``, each a JSON scalar (string or integer) or null;
-- ``reasons`` (``REASONS``): ``{fact: why it is null}``, one entry for each null fact and no other.
-
-What is left out on purpose: the OS and the kernel (host.json records them; boxes of one kind may differ
-there and measure alike), and anything that differs between identical boxes (hostnames, UUIDs, serials).
-``memory_gib`` is rounded to a whole GiB for the same reason: kernel reservations move MemTotal by MiBs.
+Which facts they are (``FACTS``) and the shape of the answer (every fact, and ``REASONS``) are the
+campaign's: fairbench.campaign.fleet_facts.
 
 Nothing here raises: a fact that cannot be read is null with its reason, so the comparison names it.
 SGLang's versions are read by running the SGLang venv's Python once on a few lines of importlib.metadata
-(``VERSIONS_SCRIPT``), never by importing sglang or torch, which takes many seconds. Only the standard
-library and fairbench.hosts.gpu are used, so the control node imports ``FACTS`` without heavy dependencies.
+(``VERSIONS_SCRIPT``), never by importing sglang or torch, which takes many seconds.
 """
 
 from __future__ import annotations
@@ -24,33 +14,13 @@ import json
 import os
 import platform
 import subprocess
-from collections.abc import Mapping
 from pathlib import Path
-from types import MappingProxyType
-from typing import Any, Final
+from typing import Any
 
 from fairbench import __version__
+from fairbench.campaign.fleet_facts import FACTS, REASONS
 from fairbench.hosts.gpu import GpuFacts, GpuFactsError
 from fairbench.hosts.gpu import collect as collect_gpu_facts
-
-FACTS: Final[Mapping[str, str]] = MappingProxyType(
-    {
-        "gpu_model": "the distinct GPU names nvidia-smi lists, sorted and joined by ', '",
-        "gpu_count": "how many GPUs nvidia-smi lists (0 without nvidia-smi)",
-        "driver": "the NVIDIA driver's version",
-        "cuda": "the newest CUDA the driver supports (nvidia-smi's header), not an installed toolkit's",
-        "cuda_toolkit": "the installed CUDA toolkit's version ($CUDA_HOME or /usr/local/cuda, version.json)",
-        "nccl": "the NCCL of the SGLang venv (the nvidia-nccl-cu13 or nvidia-nccl-cu12 distribution)",
-        "sglang": "the sglang distribution's version in the SGLang venv",
-        "fairbench": "fairbench's version on the host (it measures and controls the servers)",
-        "cpu_model": "the distinct CPU model names of /proc/cpuinfo, joined by ', '",
-        "cpus": "how many logical CPUs the host has (os.cpu_count)",
-        "memory_gib": "MemTotal of /proc/meminfo in GiB, rounded to a whole number",
-    }
-)
-"""Each fact a host must share with the others of its pool -> what it is, in one line."""
-REASONS: Final = "reasons"
-"""The key of ``collect``'s answer that says why each null fact is null."""
 
 NCCL_DISTRIBUTIONS = ("nvidia-nccl-cu13", "nvidia-nccl-cu12")
 """The distributions that bring NCCL into the SGLang venv, the first installed one counting."""
@@ -135,8 +105,8 @@ class _Facts:
 
 
 def collect(*, sglang_python: str | None, nvidia_smi: str = "nvidia-smi") -> dict[str, Any]:
-    """This host's ``FACTS`` and ``reasons`` (the module docstring); ``sglang_python`` is the SGLang venv's
-    interpreter (None: the host has no SGLang), ``nvidia_smi`` the nvidia-smi to run."""
+    """This host's ``FACTS`` and ``reasons`` (fairbench.campaign.fleet_facts); ``sglang_python`` is the
+    SGLang venv's interpreter (None: the host has no SGLang), ``nvidia_smi`` the nvidia-smi to run."""
     facts = _Facts()
     _gpu_facts(facts, nvidia_smi)
     facts.set("cuda_toolkit", *_cuda_toolkit())

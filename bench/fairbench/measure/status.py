@@ -8,7 +8,7 @@ report and by ``fairbench run``. Keys:
 - ``stage`` and ``reason``: where and why it failed (one of ``STAGES``, and a sentence), both null when it
   did not;
 - ``journal_tail``: the lines of the server's journal (``journal.log`` beside it) that say why it failed,
-  its last traceback where it has one (``fairbench.hosts.journal.excerpt``); empty when it did not fail;
+  its last traceback where it has one (``fairbench.measure.journal.excerpt``); empty when it did not fail;
 - ``host``, ``config``, ``unit``, ``run_id``: what ran where;
 - ``hosts``: every host a job of the directory ran on, rank 0 first (``host`` alone for a deploy failure);
 - ``jobs``: one entry per job of this run that wrote into the directory (``JobStatus``): its ``job`` id,
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from fairbench.hosts.journal import excerpt
+from fairbench.measure.journal import excerpt
 
 STATUS_FILE = "status.json"
 JOURNAL_FILE = "journal.log"

@@ -28,7 +28,7 @@ from typing import Any
 
 from fairbench.campaign.model import DEFAULT_NODES, EVERY_HOST, PLACEMENTS, SPREAD
 from fairbench.fleet.timeline import Timeline
-from fairbench.hosts.journal import excerpt
+from fairbench.measure.journal import excerpt
 from fairbench.measure.results import (
     CAMPAIGN_FILE,
     POINTS_FILE,

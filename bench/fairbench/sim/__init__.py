@@ -10,9 +10,9 @@ continuous-batching scheduler and the clock that drives it), ``api`` (request bo
 response and stream formats out), ``http`` (a minimal HTTP/1.1 server on raw asyncio, fast enough to
 stream tens of thousands of tokens per second on one core), ``server`` (routes, auth, ``/server_info``,
 ``/metrics``, start-up), ``nodes`` (one server over ``--nnodes`` hosts: rank 0's rendezvous with the
-other ranks, their heartbeats, the other ranks' dummy health server), ``faults``, ``predict`` (the same
-engine on a virtual clock: what a closed-loop sweep will measure) and ``command`` (the ``fairbench sim``
-entry point).
+other ranks, their heartbeats, the other ranks' dummy health server), ``faults`` and ``predict`` (the
+same engine on a virtual clock: what a closed-loop sweep will measure). The ``fairbench sim`` command is
+``fairbench.cli.sim``.
 
 The simulator shares no code with fairbench's client: both follow SGLang's formats as read from its
 source, so a bug in one is caught by the other instead of cancelling out.

@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import signal
 
-from fairbench.cli.main import UsageError
+from fairbench.cli.usage import UsageError
 from fairbench.sim.args import ConfigError, SimConfig, add_sglang_arguments, add_sim_arguments, resolve
 from fairbench.sim.predict import format_sweep, predict_sweep
 from fairbench.sim.server import serve_forever
