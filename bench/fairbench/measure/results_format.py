@@ -1,6 +1,6 @@
 """The shapes of a sweep's ``points.jsonl`` and of a config's ``status.json``: their names, their keys, the
 line format, and what a usable line or entry is. Their writers (``measure.results.ResultsDir``,
-``measure.status.write_status``) and their readers (a resumed sweep, ``fairbench run``, the report) all go
+``measure.status.record_status``) and their readers (a resumed sweep, ``fairbench run``, the report) all go
 by what is defined here; docs/results.md describes both files.
 
 points.jsonl holds one JSON object per line, each ended by ``\\n``, appended as each point ends. A last line
