@@ -128,7 +128,7 @@ def point_errors(point: Mapping[str, Any], figure_rules: Sequence[Rule] = ()) ->
     return [f"{mismatch}, as {level} and repeat {point['repeat']} make it"]
 
 
-def superseded_line(point: Mapping[str, Any]) -> object:
+def _superseded_line(point: Mapping[str, Any]) -> object:
     """The number of the line ``point`` supersedes; None for a point measured once."""
     supersedes = point.get(SUPERSEDES)
     return supersedes.get("line") if isinstance(supersedes, dict) else None
@@ -146,7 +146,7 @@ def current_lines(lines: Iterable[Numbered]) -> tuple[dict[str, Numbered], list[
     again: list[tuple[int, str, int]] = []
     for number, point in lines:
         pid = point["point_id"]
-        if pid in current and superseded_line(point) != current[pid][0]:
+        if pid in current and _superseded_line(point) != current[pid][0]:
             again.append((number, pid, current[pid][0]))
         else:
             current[pid] = (number, point)
