@@ -103,18 +103,7 @@ from pathlib import Path
 from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_import import FairbenchImport
 
 with FairbenchImport.on_control_node() as FAIRBENCH_IMPORT:
-    from fairbench.measure.status import (
-        JOURNAL_EXCERPT_LINES,
-        RANKS_DIR,
-        STAGES,
-        ConfigStatus,
-        Failure,
-        JobStatus,
-        RankStatus,
-        journal_tail,
-        with_job,
-        write_status,
-    )
+    from fairbench.measure.status import JOURNAL_EXCERPT_LINES, Failure, JobRan, record_status
 
 
 def main() -> None:
@@ -145,41 +134,23 @@ def main() -> None:
         },
     )
     params = module.params
-    config_dir = Path(params["dir"])
-    failure = Failure.from_json(params["failure"]) if params["failure"] else None
-    if failure and failure.stage not in STAGES:
-        module.fail_json(msg=f"failure.stage: {failure.stage!r} is none of {', '.join(STAGES)}")
-    lines = params["journal_lines"] or JOURNAL_EXCERPT_LINES
-    status = ConfigStatus(
-        host=params["host"],
-        config=params["config"],
-        unit=params["unit"],
-        run_id=params["run_id"],
-        failure=failure,
-        journal_tail=journal_tail(config_dir, failure, lines),
-    )
     job = params["job"]
-    if job:
-        ranks = tuple(
-            RankStatus(rank, host, journal_tail(config_dir / RANKS_DIR / host, failure, lines))
-            for rank, host in enumerate(job["hosts"])
-            if rank > 0
+    ran = JobRan(job["id"], tuple(job["repeats"]), tuple(job["hosts"]), job["timeline"]) if job else None
+    try:
+        changed, status = record_status(
+            Path(params["dir"]),
+            host=params["host"],
+            config=params["config"],
+            unit=params["unit"],
+            run_id=params["run_id"],
+            failure=Failure.from_json(params["failure"]) if params["failure"] else None,
+            job=ran,
+            journal_lines=params["journal_lines"] or JOURNAL_EXCERPT_LINES,
+            check=module.check_mode,
         )
-        status = with_job(
-            config_dir,
-            status,
-            JobStatus(
-                job=job["id"],
-                repeats=tuple(job["repeats"]),
-                hosts=tuple(job["hosts"]),
-                failure=failure,
-                journal_tail=status.journal_tail,
-                ranks=ranks,
-                timeline=job["timeline"],
-            ),
-        )
-    changed = write_status(config_dir, status, check=module.check_mode)
-    module.exit_json(changed=changed, status=status.to_json())
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(changed=changed, status=status)
 
 
 if __name__ == "__main__":

@@ -25,8 +25,9 @@ from fairbench.measure.results import ResultsError
 from fairbench.report.build import headlines, report_blocks, write_report
 from fairbench.report.figures import FIGURES
 from fairbench.report.html import render_html
-from fairbench.report.load import ConfigResult, Run, load_run
+from fairbench.report.load import Run, load_run
 from fairbench.report.markdown import render_markdown
+from fairbench.report.tree import ConfigResult
 
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 CONFIGS = ("tp8", "ep4")

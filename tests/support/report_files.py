@@ -14,7 +14,7 @@ from tests.support.results_tree import REPO
 
 from fairbench.campaign.load import load_campaign
 from fairbench.measure.point_flags import CLIENT_ON, REUSE_ON, RUNNING_ON, TOKENS_ON
-from fairbench.measure.results import point_id
+from fairbench.measure.results_format import point_id
 from fairbench.report.build import headlines, report_blocks
 from fairbench.report.load import Run
 from fairbench.report.markdown import render_markdown

@@ -15,11 +15,11 @@ fleets added). ``build_fleet_run`` runs a campaign's jobs as a fleet does (fairb
 ``spread`` one job per config and repeat, each on the host(s) it is placed on, under ``every-host`` each
 config on each host; a config over several nodes starts one simulator per node, rank 0 serving, the
 others' files under ``<rank0-host>/<config>/ranks/<host>/``. Each job sweeps its repeats as the
-fairbench_sweep module does (``fairbench.hosts.ansible_support.sweep``). It writes each directory's
-status.json with its jobs (``fairbench.measure.status.JobStatus``, their real timelines on this machine's
-clock) and the run's fleet.json (the queue as it ended, and the pool's equivalence from the hosts' fleet
-facts). The jobs run one at a time, so the gap between two jobs of a host includes the jobs other hosts
-ran in between.
+fairbench_sweep module does (``fairbench.hosts.ansible_support.sweep``), and is recorded in its
+directory's status.json as the bench role records it (``fairbench.measure.status.record_status``, with its
+real timeline on this machine's clock). It writes the run's fleet.json (the queue as it ended, and the
+pool's equivalence from the hosts' fleet facts). The jobs run one at a time, so the gap between two jobs of
+a host includes the jobs other hosts ran in between.
 """
 
 from __future__ import annotations
@@ -51,17 +51,8 @@ from fairbench.hosts.ansible_support import host_facts
 from fairbench.measure.client import ServerUnreachable
 from fairbench.measure.repeats import AutoRepeats
 from fairbench.measure.results import CAMPAIGN_FILE, ResultsError, RunIdentity
-from fairbench.measure.status import (
-    JOURNAL_EXCERPT_LINES,
-    RANKS_DIR,
-    STATUS_FILE,
-    ConfigStatus,
-    Failure,
-    JobStatus,
-    RankStatus,
-    journal_tail,
-    write_status,
-)
+from fairbench.measure.results_format import STATUS_FILE
+from fairbench.measure.status import RANKS_DIR, Failure, JobRan, record_status
 
 REPO = Path(__file__).resolve().parents[2]
 FAIRBENCH = [sys.executable, "-m", "fairbench"]
@@ -221,16 +212,14 @@ def run_config(
     finally:
         server.terminate()
         server.wait(timeout=10)
-    failed = Failure.from_json(failure) if failure else None
-    status = ConfigStatus(
+    record_status(
+        config_dir,
         host=host,
         config=config.name,
         unit=config.unit,
         run_id=config_dir.parent.parent.name,
-        failure=failed,
-        journal_tail=journal_tail(config_dir, failed, JOURNAL_EXCERPT_LINES),
+        failure=Failure.from_json(failure) if failure else None,
     )
-    write_status(config_dir, status)
 
 
 FLEET_KEYS = ("placement", "accept_host_differences")
@@ -369,10 +358,11 @@ def _sweep_job(
 
 def run_job(
     campaign: Campaign, job: Job, hosts: Sequence[str], run_dir: Path, deviation: Deviation
-) -> tuple[JobStatus, list[dict[str, Any]]]:
+) -> tuple[Failure | None, list[dict[str, Any]]]:
     """One job on ``hosts`` (rank 0 first): start its server's nodes, wait for rank 0's health, save its
-    files, sweep the job's repeats, stop the nodes, save their journals. Returns how it ended, as
-    status.json's ``jobs`` records it, and the points its sweep returned."""
+    files, sweep the job's repeats, stop the nodes, save their journals, record it in status.json as the
+    bench role does after its fetch. Returns its failure (None when it did not fail) and the points its
+    sweep returned."""
     config = campaign.configs[job.config]
     config_dir = run_dir / hosts[0] / config.name
     url, servers = _servers(campaign, config, hosts, config_dir, deviation)
@@ -416,43 +406,22 @@ def run_job(
         for process in processes:
             process.wait(timeout=10)
     failed = Failure.from_json(failure) if failure else None
-    status = JobStatus(
-        job=job.id,
-        repeats=job.repeats,
-        hosts=tuple(hosts),
+    timeline = {
+        "unit_started_at": unit_started_at,
+        "healthy_at": healthy_at,
+        "first_request_at": times.get("first_request_at"),
+        "last_point_ended_at": times.get("last_point_ended_at"),
+    }
+    record_status(
+        config_dir,
+        host=hosts[0],
+        config=config.name,
+        unit=config.unit,
+        run_id=run_dir.name,
         failure=failed,
-        journal_tail=journal_tail(config_dir, failed, JOURNAL_EXCERPT_LINES),
-        ranks=tuple(
-            RankStatus(
-                server.rank, server.host, journal_tail(server.directory, failed, JOURNAL_EXCERPT_LINES)
-            )
-            for server in servers[1:]
-        ),
-        timeline={
-            "unit_started_at": unit_started_at,
-            "healthy_at": healthy_at,
-            "first_request_at": times.get("first_request_at"),
-            "last_point_ended_at": times.get("last_point_ended_at"),
-        },
+        job=JobRan(job.id, job.repeats, tuple(hosts), timeline),
     )
-    return status, points
-
-
-def write_job_statuses(run_dir: Path, campaign: Campaign, jobs: Sequence[tuple[str, JobStatus]]) -> None:
-    """Each config directory's status.json with the jobs (config, how it ended) that wrote into it."""
-    by_dir: dict[tuple[str, str], list[JobStatus]] = {}
-    for config, job in jobs:
-        by_dir.setdefault((job.hosts[0], config), []).append(job)
-    for (host, name), ended in by_dir.items():
-        status = ConfigStatus(
-            host=host,
-            config=name,
-            unit=campaign.configs[name].unit,
-            run_id=run_dir.name,
-            failure=None,
-            jobs=tuple(job.to_json() for job in ended),
-        )
-        write_status(run_dir / host / name, status)
+    return failed, points
 
 
 def build_fleet_run(
@@ -493,7 +462,6 @@ def build_fleet_run(
     # Unless the test places a job, it runs where the queue would put it if every job took as long.
     predicted = {job["id"]: job["hosts"] for led in predict(queue, hosts).values() for job in led}
     state = QueueState(queue)
-    ended = []
     index = 0
     while index < len(state.jobs):  # the queue's finish may add jobs (automatic repeats)
         queued = state.jobs[index]
@@ -501,11 +469,9 @@ def build_fleet_run(
         job = Job.from_json(queued)
         on = tuple((placed or {}).get(job.id, ()) or predicted.get(job.id, ()) or job.hosts[: job.nodes])
         queued |= {"state": RUNNING, "hosts": list(on), "claimed_at": time.time()}
-        status, points = run_job(campaign, job, on, run_dir, (deviations or {}).get(job.config, Deviation()))
-        ended.append((job.config, status))
-        reason = status.failure.reason if status.failure else None
-        state.finish(job.id, on[0], ok=not status.failure, reason=reason, now=time.time(), points=points)
-    write_job_statuses(run_dir, campaign, ended)
+        failed, points = run_job(campaign, job, on, run_dir, (deviations or {}).get(job.config, Deviation()))
+        reason = failed.reason if failed else None
+        state.finish(job.id, on[0], ok=not failed, reason=reason, now=time.time(), points=points)
     (run_dir / FLEET_FILE).write_text(json.dumps(queue, indent=2) + "\n")
     return run_dir
 

@@ -27,8 +27,8 @@ from fairbench.measure.energy import (
 )
 from fairbench.measure.metrics import energy_metrics, mean_power_w, output_tokens_per_joule
 from fairbench.report.document import headline_table, level_table
-from fairbench.report.load import ConfigResult
 from fairbench.report.summary import headline
+from fairbench.report.tree import ConfigResult
 
 FAKE_PYNVML = Path(__file__).resolve().parents[1] / "support" / "fake_nvml" / "pynvml.py"
 NS = 1_000_000_000

@@ -12,10 +12,10 @@ from typing import Any
 
 from tests.support.report_files import checked_point, flag, markdown, point, section, table, write_run
 
+from fairbench.measure.json_rules import shown
 from fairbench.report.build import headlines, write_report
 from fairbench.report.load import load_run
 from fairbench.report.plots import pareto_flagged
-from fairbench.report.rules import shown
 
 CLIENT_REASON = "client process 0 was runnable 95 % of the point (90 % running, 5 % waiting for a core)"
 RUNNING_REASON = "the server ran 10.0 requests on average, 62 % of C=16 (below 90 %)"

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from tests.support.report_files import replaced
 
+from fairbench.report.config_files import unit_environment
 from fairbench.report.differences import (
     Declared,
     PairDifferences,
@@ -19,7 +20,8 @@ from fairbench.report.differences import (
     run_differences,
     threats,
 )
-from fairbench.report.load import ConfigResult, Run, unit_environment
+from fairbench.report.load import Run
+from fairbench.report.tree import ConfigResult
 
 
 def test_flatten_gives_dotted_names_and_drops_empty_mappings() -> None:

@@ -10,7 +10,8 @@ from typing import Any
 
 from tests.support.report_files import CAMPAIGN, lines, point
 
-from fairbench.report.load import ConfigResult, load_run
+from fairbench.report.load import load_run
+from fairbench.report.tree import ConfigResult
 
 TREE = {"campaign": CAMPAIGN["name"], "run_id": "run1", "host": "lab1", "config": "tp8"}
 

@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 from tests.support.report_files import CAMPAIGN, first_screen, lines, point, replaced, without
 
-from fairbench.measure.results import ResultsError, point_id
+from fairbench.measure.results import ResultsError
+from fairbench.measure.results_format import point_id
 from fairbench.report.build import headlines, report_blocks
-from fairbench.report.load import ConfigResult, Run, load_run
+from fairbench.report.load import Run, load_run
 from fairbench.report.markdown import render_markdown
+from fairbench.report.tree import ConfigResult
 
 CONFIGS = ("tp8", "ep4")
 NO_THREAT = "No undeclared differences"

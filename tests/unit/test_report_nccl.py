@@ -14,7 +14,7 @@ import pytest
 from tests.support.results_tree import REPO
 
 from fairbench.campaign.load import load_campaign
-from fairbench.measure.results import point_id
+from fairbench.measure.results_format import point_id
 from fairbench.report.build import headlines, report_blocks
 from fairbench.report.load import Run, load_run
 from fairbench.report.markdown import render_markdown

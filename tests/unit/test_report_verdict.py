@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from tests.support.report_files import markdown, point, section, table, write_run
 
-from fairbench.measure.results import point_id
+from fairbench.measure.results_format import point_id
 from fairbench.measure.stats import holm, welch_p_value
 from fairbench.report import plots
 from fairbench.report.build import headlines, write_report

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from fairbench.measure.records import RequestRecord
-from fairbench.measure.results import LOCK_FILE, ResultsDir, ResultsError, point_id
+from fairbench.measure.results import LOCK_FILE, ResultsDir, ResultsError
+from fairbench.measure.results_format import point_id
 
 SETTINGS = {"api": "completions", "concurrency": [1, 2]}
 

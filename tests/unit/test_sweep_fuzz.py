@@ -21,7 +21,8 @@ from fairbench.cli.sweep import configure, spec_from_args, summary_table
 from fairbench.cli.usage import UsageError
 from fairbench.measure import bounds
 from fairbench.measure.repeats import AutoRepeats, Repeats
-from fairbench.measure.results import POINTS_FILE, SWEEP_FILE, ResultsDir, ResultsError
+from fairbench.measure.results import SWEEP_FILE, ResultsDir, ResultsError
+from fairbench.measure.results_format import POINTS_FILE
 from fairbench.measure.sweep import SweepSpec
 from fairbench.measure.workload import parse_count
 

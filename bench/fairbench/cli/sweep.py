@@ -23,7 +23,8 @@ from fairbench.measure.client import ServerUnreachable
 from fairbench.measure.energy import GpuSelectionError
 from fairbench.measure.progress import Progress
 from fairbench.measure.repeats import AUTO, AutoRepeats, Repeats
-from fairbench.measure.results import ResultsDir, ResultsError, RunIdentity, is_open_loop
+from fairbench.measure.results import ResultsDir, ResultsError, RunIdentity
+from fairbench.measure.results_format import is_open_loop
 from fairbench.measure.server_metrics import SAMPLE_INTERVAL_S
 from fairbench.measure.slo import SloError, SloTarget, parse_target
 from fairbench.measure.sweep import Sweep, SweepSpec

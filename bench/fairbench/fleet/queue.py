@@ -54,7 +54,7 @@ from fairbench.measure.repeats import (
     repeats_to_json,
     stop_reason,
 )
-from fairbench.measure.results import LISTED, POINTS_FILE, is_open_loop, level_tag, load_of
+from fairbench.measure.results_format import LISTED, POINTS_FILE, is_open_loop, level_tag, load_of
 
 FLEET_FILE = "fleet.json"
 PENDING = "pending"

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from statistics import fmean
 from typing import Any
 
-from fairbench.measure.status import TIMELINE_KEYS
+from fairbench.measure.results_format import TIMELINE_KEYS
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,8 @@ from fairbench.campaign.workload import workload_from_json
 from fairbench.hosts.gpu import GpuFacts, GpuFactsError, collect
 from fairbench.hosts.unit_security import unit_security
 from fairbench.measure.progress import Progress
-from fairbench.measure.results import ResultsDir, RunIdentity, point_id
+from fairbench.measure.results import ResultsDir, RunIdentity
+from fairbench.measure.results_format import point_id
 from fairbench.measure.slo import SloError, SloTarget, parse_slo
 from fairbench.measure.sweep import Sweep, SweepSpec
 from fairbench.measure.workload import WorkloadSpec

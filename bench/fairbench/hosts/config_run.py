@@ -32,7 +32,8 @@ from fairbench.hosts.ansible_support import (
     wait_until_healthy,
 )
 from fairbench.hosts.clean_state import CleanState, CleanStateError, failure_message, wait_clean
-from fairbench.measure.status import JOURNAL_FILE, TIMELINE_KEYS
+from fairbench.measure.results_format import TIMELINE_KEYS
+from fairbench.measure.status import JOURNAL_FILE
 from fairbench.measure.sweep import SweepSpec
 
 SERVER_INFO_FILE = "server_info.json"

@@ -1,5 +1,6 @@
 """The results of one sweep on disk: ``points.jsonl``, ``requests/``, ``sweep.json``.
 
+points.jsonl's lines and what a usable one is are ``measure.results_format``'s; this module writes them.
 Durability rules: a point's request records are written to a temporary file and
 renamed into place before its line is appended to ``points.jsonl``; the line is
 flushed and fsynced at once. So a crash leaves either a whole point or none, and
@@ -18,26 +19,34 @@ import gzip
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+from fairbench.measure.json_rules import NotJson, json_value, rule_errors
 from fairbench.measure.records import RequestRecord
+from fairbench.measure.results_format import (
+    LINE_NEEDS,
+    LINE_RULES,
+    POINTS_FILE,
+    SUPERSEDES,
+    Numbered,
+    current_lines,
+    encode_line,
+    split_lines,
+    whole_lines,
+)
 
-POINTS_FILE = "points.jsonl"
 REQUESTS_DIR = "requests"
 SWEEP_FILE = "sweep.json"
 LOCK_FILE = ".sweep.lock"
 """Hidden: the bench role fetches a results directory's files without its hidden ones."""
 # A campaign run (results/<campaign>/<run_id>/) holds CAMPAIGN_FILE, and one sweep directory per
-# host and config with a status.json (fairbench.measure.status) beside the sweep's own files.
+# host and config with a status.json (fairbench.measure.results_format) beside the sweep's own files.
 CAMPAIGN_FILE = "campaign.json"
-SUPERSEDES = "supersedes"
-"""The key of a point measured again: ``{"line": N, "requests": PATH}``, the line of points.jsonl it
-replaces and where that point's request records were moved."""
 
 
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -91,36 +100,6 @@ def _identity_of(point: dict[str, Any]) -> RunIdentity | None:
     return RunIdentity(**{name: point.get(name) for name in IDENTITY_KEYS})
 
 
-LISTED = "listed"
-"""``level_source`` of a point at one of the sweep's levels (a line without the key is one)."""
-BISECT = "bisect"
-"""``level_source`` of a point the SLO search added between two levels (``Sweep.search_probe``)."""
-
-
-def level_tag(level: float, *, open_loop: bool = False) -> str:
-    """A level as point ids and prompt seeds spell it: ``c16`` (concurrency 16), ``rps2.5`` (2.5 requests
-    per second, open loop)."""
-    return f"rps{level:g}" if open_loop else f"c{level}"
-
-
-def point_id(level: float, repeat: int, *, open_loop: bool = False) -> str:
-    """``c16-r0``: the level (:func:`level_tag`) and the repeat."""
-    return f"{level_tag(level, open_loop=open_loop)}-r{repeat}"
-
-
-def is_open_loop(point: Mapping[str, Any]) -> bool:
-    """Whether a point line was measured in an open loop: its ``request_rate`` is a number (a closed loop's
-    is the string ``"inf"``)."""
-    rate = point.get("request_rate")
-    return isinstance(rate, int | float) and not isinstance(rate, bool)
-
-
-def load_of(point: Mapping[str, Any]) -> float:
-    """The level a point line was measured at: its target request rate in an open loop, else its
-    concurrency."""
-    return float(point["request_rate"]) if is_open_loop(point) else int(point["max_concurrency"])
-
-
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -130,27 +109,16 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _point(path: Path, number: int, line: bytes) -> dict[str, Any]:
-    """Line ``number`` of points.jsonl as a point: a JSON object with its ``point_id`` and ``completed``."""
+    """Line ``number`` of points.jsonl as a point (``LINE_RULES``)."""
     try:
-        point = json.loads(line.decode("utf-8"))
-    except (UnicodeDecodeError, RecursionError, json.JSONDecodeError) as exc:
-        raise ResultsError(f"{path}:{number}: not a JSON line ({exc})") from None
+        point = json_value(line)
+    except NotJson as exc:
+        raise ResultsError(f"{path}:{number}: not a JSON line ({exc.detail})") from None
     if not isinstance(point, dict):
         raise ResultsError(f"{path}:{number}: not a point (a JSON object)")
-    completed = point.get("completed")
-    if (
-        not isinstance(point.get("point_id"), str)
-        or not isinstance(completed, int)
-        or isinstance(completed, bool)
-        or completed < 0
-    ):
-        raise ResultsError(f"{path}:{number}: a point needs a point_id (text) and completed (a count)")
+    if rule_errors(point, LINE_RULES):
+        raise ResultsError(f"{path}:{number}: {LINE_NEEDS}")
     return point
-
-
-def _superseded_line(point: dict[str, Any]) -> object:
-    supersedes = point.get(SUPERSEDES)
-    return supersedes.get("line") if isinstance(supersedes, dict) else None
 
 
 def _check_resumable(sweep_path: Path, settings: dict[str, Any]) -> None:
@@ -253,7 +221,7 @@ class ResultsDir:
         if not self.points_path.exists():
             return
         data = self._read_points()
-        end = data.rfind(b"\n") + 1
+        end = whole_lines(data)
         if end != len(data):
             with self.points_path.open("r+b") as handle:
                 handle.truncate(end)
@@ -264,28 +232,17 @@ class ResultsDir:
         except OSError as exc:
             raise ResultsError(f"{self.points_path}: cannot be read: {exc.strerror}") from None
 
-    def _lines(self) -> list[tuple[int, dict[str, Any]]]:
-        """Every point line of points.jsonl with its line number (from 1), superseded ones included."""
+    def _lines(self) -> list[Numbered]:
+        """Every point line of points.jsonl with its line number (from 1), superseded ones included; a torn
+        tail (prepare cuts it) is not a line yet."""
         if not self.points_path.exists():
             return []
-        lines = self._read_points().split(b"\n")
-        if lines[-1]:  # a torn tail (prepare cuts it): not a line yet
-            lines[-1] = b""
-        return [
-            (number, _point(self.points_path, number, line))
-            for number, line in enumerate(lines, start=1)
-            if line.strip()
-        ]
+        lines, _ = split_lines(self._read_points())
+        return [(number, _point(self.points_path, number, line)) for number, line in lines]
 
-    def _current(self) -> dict[str, tuple[int, dict[str, Any]]]:
-        """Each point's line, with its number: its first, or the line that supersedes that. A point_id seen
-        again without superseding it (two writers at once, before the lock) does not count."""
-        current: dict[str, tuple[int, dict[str, Any]]] = {}
-        for number, point in self._lines():
-            pid = point["point_id"]
-            if pid not in current or _superseded_line(point) == current[pid][0]:
-                current[pid] = (number, point)
-        return current
+    def _current(self) -> dict[str, Numbered]:
+        """Each point's current line, with its number (``results_format.current_lines``)."""
+        return current_lines(self._lines())[0]
 
     def points(self) -> list[dict[str, Any]]:
         """Every point, its latest line only, in the order the points were first measured."""
@@ -366,11 +323,11 @@ class ResultsDir:
         tmp.replace(final)
         _fsync_dir(self.requests_dir)
         with self.points_path.open("a") as handle:
-            handle.write(json.dumps(point) + "\n")
+            handle.write(encode_line(point))
             handle.flush()
             os.fsync(handle.fileno())
 
-    def _keep_records(self, pid: str, previous: tuple[int, dict[str, Any]]) -> dict[str, Any]:
+    def _keep_records(self, pid: str, previous: Numbered) -> dict[str, Any]:
         """Give the records of the point on line ``number`` a name of their own before its successor's
         records take its name; a hard link, so that until they do, the old name still holds them."""
         number, point = previous

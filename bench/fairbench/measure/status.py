@@ -1,23 +1,13 @@
 """status.json: how one config of a campaign run ended, beside its sweep's files.
 
-Written once per config and run, on the control node, by the ``fairbench_status`` module (the bench role
-calls it after a config's last stage, or for every config of a host whose deploy failed); read by the
-report and by ``fairbench run``. Keys:
-
-- ``status``: ``ok`` or ``failed``;
-- ``stage`` and ``reason``: where and why it failed (one of ``STAGES``, and a sentence), both null when it
-  did not;
-- ``journal_tail``: the lines of the server's journal (``journal.log`` beside it) that say why it failed,
-  its last traceback where it has one (``fairbench.measure.journal.excerpt``); empty when it did not fail;
-- ``host``, ``config``, ``unit``, ``run_id``: what ran where;
-- ``hosts``: every host a job of the directory ran on, rank 0 first (``host`` alone for a deploy failure);
-- ``jobs``: one entry per job of this run that wrote into the directory (``JobStatus``): its ``job`` id,
-  ``repeats``, ``hosts`` (rank 0 first), ``status``, ``stage``, ``reason`` and ``journal_tail`` as above,
-  ``ranks`` (for a server over several hosts, each other rank's ``rank``, ``host`` and ``journal_tail``,
-  quoted from ``ranks/<host>/journal.log``) and ``timeline`` (``fairbench.hosts.config_run``: epoch seconds
-  on rank 0's host when its unit was started, answered healthy, got its first request and wrote its last
-  point). The top-level status is failed when any job failed, with the first failed job's stage, reason and
-  journal tail.
+Its keys and what a usable entry is are ``measure.results_format``'s. ``record_status`` is its one writer,
+on the control node: the ``fairbench_status`` module calls it for the bench role (after each job's fetch,
+or for every config of a host whose deploy failed), and tests build their results trees with it. It is
+read by the report and by ``fairbench run``. ``journal_tail`` holds the lines of the server's journal
+(``journal.log`` beside it) that say why it failed, its last traceback where it has one
+(``fairbench.measure.journal.excerpt``); each job's ``ranks`` (a server over several hosts) quote each other
+rank's ``ranks/<host>/journal.log`` so. The top-level outcome is failed when any job failed, with the first
+failed job's stage, reason and journal tail.
 """
 
 from __future__ import annotations
@@ -29,24 +19,19 @@ from pathlib import Path
 from typing import Any
 
 from fairbench.measure.journal import excerpt
+from fairbench.measure.results_format import FAILED, OK, OUTCOME_KEYS, STATUS_FILE, read_status
 
-STATUS_FILE = "status.json"
 JOURNAL_FILE = "journal.log"
 """The server's journal of the run that measured the config's points, fetched beside status.json."""
 JOURNAL_EXCERPT_LINES = 30
 """Journal lines a failed config's status quotes, and the report quotes from journal.log where it has no
 status to quote: its last Python traceback, else its last lines."""
-OK = "ok"
-FAILED = "failed"
 STAGES = ("deploy", "clean", "start", "health", "sweep", "stop", "fetch")
 """The stages of a config in a campaign run, in order; a failure names the one it happened in."""
 SERVER_STAGES = STAGES[2:]
 """The stages with a server that may have run: only their failures quote a journal (a config whose deploy
 failed, or whose host was not clean, started none, and an earlier run's journal.log in its directory says
 nothing about this failure)."""
-TIMELINE_KEYS = ("unit_started_at", "healthy_at", "first_request_at", "last_point_ended_at")
-"""A job's ``timeline``: epoch seconds on its rank 0's host (``fairbench.hosts.config_run`` records them,
-``fairbench.fleet.timeline`` measures the campaign's overhead from them)."""
 RANKS_DIR = "ranks"
 """Under a config's directory, ``<host>/`` of each rank but rank 0 of a server over several hosts: its
 journal.log and unit.service."""
@@ -96,12 +81,8 @@ class JobStatus:
 
 
 def _outcome(failure: Failure | None, tail: Sequence[str]) -> dict[str, Any]:
-    return {
-        "status": FAILED if failure else OK,
-        "stage": failure.stage if failure else None,
-        "reason": failure.reason if failure else None,
-        "journal_tail": list(tail),
-    }
+    stage, reason = (failure.stage, failure.reason) if failure else (None, None)
+    return dict(zip(OUTCOME_KEYS, (FAILED if failure else OK, stage, reason, list(tail)), strict=True))
 
 
 @dataclass(frozen=True)
@@ -120,7 +101,7 @@ class ConfigStatus:
         if self.failure or failed is None:
             outcome = _outcome(self.failure, self.journal_tail)
         else:
-            outcome = {key: failed[key] for key in ("status", "stage", "reason", "journal_tail")}
+            outcome = {key: failed[key] for key in OUTCOME_KEYS}
         hosts = (
             [self.host]
             if not self.jobs
@@ -140,7 +121,19 @@ class ConfigStatus:
         return json.dumps(self.to_json(), indent=2) + "\n"
 
 
-def journal_tail(config_dir: Path, failure: Failure | None, lines: int) -> tuple[str, ...]:
+@dataclass(frozen=True)
+class JobRan:
+    """A job that ran in a config's directory, as the bench role hands it over."""
+
+    id: str
+    repeats: tuple[int, ...]
+    hosts: tuple[str, ...]
+    """Rank 0 (the directory's host) first."""
+    timeline: Mapping[str, float | None] = field(default_factory=dict)
+    """``results_format.TIMELINE_KEYS`` (``fairbench.hosts.config_run``)."""
+
+
+def _journal_tail(config_dir: Path, failure: Failure | None, lines: int) -> tuple[str, ...]:
     """The excerpt of ``config_dir``'s journal.log that a failed config's status quotes: none for a config
     that did not fail, failed at deploy, or has no journal."""
     if failure is None or failure.stage not in SERVER_STAGES:
@@ -152,15 +145,12 @@ def journal_tail(config_dir: Path, failure: Failure | None, lines: int) -> tuple
     return tuple(excerpt(journal.splitlines(), lines))
 
 
-def with_job(config_dir: Path, status: ConfigStatus, job: JobStatus) -> ConfigStatus:
+def _with_job(config_dir: Path, status: ConfigStatus, job: JobStatus) -> ConfigStatus:
     """``status`` holding ``job`` and the other jobs of the same run already recorded in ``config_dir``'s
     status.json (a job recorded again replaces its earlier entry: a resume)."""
-    try:
-        previous = json.loads((config_dir / STATUS_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        previous = {}
+    previous = read_status(config_dir) or {}
     kept: list[dict[str, Any]] = []
-    if isinstance(previous, dict) and previous.get("run_id") == status.run_id:
+    if previous.get("run_id") == status.run_id:
         kept = [
             entry
             for entry in previous.get("jobs") or []
@@ -169,7 +159,7 @@ def with_job(config_dir: Path, status: ConfigStatus, job: JobStatus) -> ConfigSt
     return replace(status, failure=None, journal_tail=(), jobs=(*kept, job.to_json()))
 
 
-def write_status(config_dir: Path, status: ConfigStatus, *, check: bool = False) -> bool:
+def _write(config_dir: Path, status: ConfigStatus, *, check: bool) -> bool:
     """Write ``config_dir``/status.json (the directory is created); True when its content changed.
     ``check``: only say whether it would."""
     path = config_dir / STATUS_FILE
@@ -186,11 +176,39 @@ def write_status(config_dir: Path, status: ConfigStatus, *, check: bool = False)
     return changed
 
 
+def record_status(
+    config_dir: Path,
+    *,
+    host: str,
+    config: str,
+    unit: str,
+    run_id: str,
+    failure: Failure | None,
+    job: JobRan | None = None,
+    journal_lines: int = JOURNAL_EXCERPT_LINES,
+    check: bool = False,
+) -> tuple[bool, dict[str, Any]]:
+    """Record in ``config_dir``/status.json how ``config`` ended on ``host`` in run ``run_id``: with ``job``,
+    that job's entry joins those of the run's other jobs there; without, the config's outcome alone (a
+    failed deploy, a run by hand). A failure quotes ``journal_lines`` of the journal, and of each other
+    rank's. Returns whether the file changed (``check``: would change) and what it holds. ``ValueError``
+    for a failure at no known stage, before anything is written."""
+    if failure and failure.stage not in STAGES:
+        raise ValueError(f"failure.stage: {failure.stage!r} is none of {', '.join(STAGES)}")
+    tail = _journal_tail(config_dir, failure, journal_lines)
+    status = ConfigStatus(host, config, unit, run_id, failure, tail)
+    if job:
+        ranks = tuple(
+            RankStatus(rank, other, _journal_tail(config_dir / RANKS_DIR / other, failure, journal_lines))
+            for rank, other in enumerate(job.hosts)
+            if rank > 0
+        )
+        ended = JobStatus(job.id, job.repeats, job.hosts, failure, tail, ranks, dict(job.timeline))
+        status = _with_job(config_dir, status, ended)
+    return _write(config_dir, status, check=check), status.to_json()
+
+
 def quoted_journal(config_dir: Path, shown: int) -> Sequence[str]:
     """The last ``shown`` journal lines a config's status.json quotes; none when it is unreadable."""
-    try:
-        status = json.loads((config_dir / STATUS_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
-    tail = status.get("journal_tail") if isinstance(status, dict) else None
+    tail = (read_status(config_dir) or {}).get("journal_tail")
     return [str(line) for line in tail[-shown:]] if isinstance(tail, list) else []

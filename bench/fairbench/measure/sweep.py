@@ -57,7 +57,8 @@ from fairbench.measure.repeats import (
     repeats_to_json,
     stop_reason,
 )
-from fairbench.measure.results import BISECT, LISTED, ResultsDir, RunIdentity, level_tag, load_of, point_id
+from fairbench.measure.results import ResultsDir, RunIdentity
+from fairbench.measure.results_format import BISECT, LISTED, level_tag, load_of, point_id
 from fairbench.measure.server_metrics import METRICS_PATH, SAMPLE_INTERVAL_S, ServerMetricsSampler
 from fairbench.measure.server_metrics import point_fields as server_fields
 from fairbench.measure.slo import SloTarget, slo_to_json

@@ -43,7 +43,8 @@ from typing import Any
 
 from fairbench.campaign.model import DEFAULT_NODES, EVERY_HOST, SPREAD
 from fairbench.report.fleet_file import Fleet
-from fairbench.report.load import ConfigResult, ConfigRun, Run
+from fairbench.report.load import Run
+from fairbench.report.tree import ConfigResult, ConfigRun
 
 SOURCES = ("server", "environment", "host", "sweep")
 SOURCE_FILES = {

@@ -51,7 +51,7 @@ from fairbench.report.fleet_blocks import (
 )
 from fairbench.report.fleet_file import Fleet
 from fairbench.report.formatting import Label, change, corrected_change, figure, labeller, setting_values
-from fairbench.report.load import ConfigResult, ConfigRun, Job, Run
+from fairbench.report.load import Run
 from fairbench.report.plots import pareto_flagged
 from fairbench.report.summary import (
     BEHIND,
@@ -65,6 +65,7 @@ from fairbench.report.summary import (
     loop_of,
     pairwise,
 )
+from fairbench.report.tree import ConfigResult, ConfigRun, Job
 from fairbench.report.verdict import (
     UNDER_SLO,
     campaign_slo,

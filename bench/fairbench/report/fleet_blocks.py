@@ -16,8 +16,9 @@ from fairbench.report.figures import THROUGHPUT
 from fairbench.report.flags import FlagMarks
 from fairbench.report.fleet_file import Fleet, HostDifference
 from fairbench.report.formatting import Label, change, seconds, setting_values
-from fairbench.report.load import ConfigRun, Job, Run
+from fairbench.report.load import Run
 from fairbench.report.summary import Headline, HostComparison, Level, host_comparisons, loop_of
+from fairbench.report.tree import ConfigRun, Job
 
 ACCEPTED_SOURCE = "fleet (accepted)"
 """The source an accepted host difference is listed under in a pair's table."""

@@ -12,7 +12,7 @@ from typing import Any
 
 from fairbench.campaign.model import PLACEMENTS
 from fairbench.fleet.queue import FLEET_FILE
-from fairbench.report.rules import (
+from fairbench.measure.json_rules import (
     FileReader,
     Rule,
     checked_element,
@@ -20,13 +20,13 @@ from fairbench.report.rules import (
     element,
     is_list,
     is_mapping,
-    is_placement,
     is_text,
     list_of,
     object_of,
     or_null,
     whole,
 )
+from fairbench.report.campaign_file import is_placement
 
 
 @dataclass(frozen=True)

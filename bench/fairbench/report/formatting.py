@@ -10,7 +10,8 @@ from typing import Any
 from fairbench.campaign.model import SPREAD
 from fairbench.measure.stats import Comparison, Estimate
 from fairbench.report.figures import non_finite_text
-from fairbench.report.load import ConfigResult, ConfigRun, Run
+from fairbench.report.load import Run
+from fairbench.report.tree import ConfigResult, ConfigRun
 
 Label = Callable[[ConfigRun | ConfigResult], str]
 """How the report names a config (``tp8``, ``tp8@lab1``): the one it compares, or one of its directories."""

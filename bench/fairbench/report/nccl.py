@@ -25,8 +25,8 @@ from typing import Any, TypeGuard
 from fairbench.nccl.runner import DECODE, DEFAULT_VARIANT, PREFILL
 from fairbench.report.blocks import Alert, Block, BulletList, Heading, Paragraph, Preformatted, Table
 from fairbench.report.figures import non_finite_text
-from fairbench.report.load import NCCL_MODES as MODES
 from fairbench.report.load import Run
+from fairbench.report.nccl_file import NCCL_MODES as MODES
 
 NOT_COMPARED = "not compared (NaN or inf)"
 BOTH_SCALES = (

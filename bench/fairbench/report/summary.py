@@ -13,11 +13,11 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fairbench.measure.results import is_open_loop, load_of
+from fairbench.measure.json_rules import is_whole
+from fairbench.measure.results_format import is_open_loop, load_of
 from fairbench.measure.stats import Comparison, Estimate, compare, estimate
 from fairbench.report.figures import ACHIEVED_RATE, OF_COMPLETED, PER_GPU, THROUGHPUT
-from fairbench.report.load import ConfigResult, ConfigRun
-from fairbench.report.rules import is_whole
+from fairbench.report.tree import ConfigResult, ConfigRun
 
 
 def estimate_of(values: Sequence[float]) -> Estimate | None:

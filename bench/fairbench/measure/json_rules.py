@@ -1,8 +1,9 @@
-"""The shapes of the JSON files the report reads, checked key by key: ``Rule``, and what checks them.
+"""Shapes of JSON documents, checked key by key: ``Rule``, and what checks them.
 
-A file that is not a JSON object, or breaks a required rule, cannot be used; a broken optional rule is a
-problem naming the file and the key path, and what else the file holds is used. Nothing here raises on a
-file's content.
+The results format (``measure.results_format``) states what a usable points.jsonl line and status.json entry
+are with them, and the report checks every file it reads by them. A file that is not a JSON object, or
+breaks a required rule, cannot be used; a broken optional rule is a problem naming the file and the key
+path, and what else the file holds is used. Nothing here raises on a file's content but ``ValueError``.
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, TypeGuard
-
-from fairbench.campaign.model import PLACEMENTS
 
 
 def is_whole(value: object, least: int = 0) -> bool:
@@ -80,24 +79,6 @@ def is_finite(value: object) -> bool:
     return isinstance(value, int | float) and is_number(value) and math.isfinite(value)
 
 
-def is_repeats(value: object) -> bool:
-    """campaign.json's ``workload.repeats``: a whole number of at least 1, or automatic repeats' mapping
-    (``measure.repeats.AutoRepeats.to_json``)."""
-    if isinstance(value, Mapping):
-        keys = ("min", "max", "half_width_pct")
-        return (
-            set(value) == set(keys)
-            and is_whole(value["min"], 2)
-            and is_whole(value["max"], 2)
-            and is_positive(value["half_width_pct"])
-        )
-    return is_whole(value, 1)
-
-
-def is_placement(value: object) -> bool:
-    return isinstance(value, str) and value in PLACEMENTS
-
-
 def is_host_list(value: object) -> TypeGuard[list[str]]:
     return isinstance(value, list) and bool(value) and all(map(is_text, value))
 
@@ -134,14 +115,27 @@ def rule_errors(data: Mapping[str, Any], rules: Sequence[Rule], prefix: str = ""
     return errors
 
 
+class NotJson(ValueError):
+    """``data`` is not JSON; ``detail`` is the decoder's own words."""
+
+    def __init__(self, detail: str, *, nested: bool = False) -> None:
+        super().__init__("not JSON: nested too deeply" if nested else f"not JSON ({detail})")
+        self.detail = detail
+
+
+def json_value(data: bytes) -> object:
+    """``data`` decoded as JSON (UTF-8, or the UTF-16/32 that ``json.loads`` recognises); ``NotJson``."""
+    try:
+        return json.loads(data)
+    except RecursionError as exc:
+        raise NotJson(str(exc), nested=True) from None
+    except ValueError as exc:
+        raise NotJson(str(exc)) from None
+
+
 def parse_object(data: bytes) -> dict[str, Any]:
     """``data`` as a JSON object; ``ValueError`` saying why it is not one."""
-    try:
-        value = json.loads(data)
-    except RecursionError:
-        raise ValueError("not JSON: nested too deeply") from None
-    except ValueError as exc:
-        raise ValueError(f"not JSON ({exc})") from None
+    value = json_value(data)
     if not isinstance(value, dict):
         raise ValueError(f"{shown(value)} is not a JSON object")
     return value
