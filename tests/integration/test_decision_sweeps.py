@@ -11,11 +11,16 @@ from __future__ import annotations
 from pathlib import Path
 from statistics import mean, stdev
 
+import pytest
 from tests.support import sweep_process
 from tests.support.sim_process import REPO, running_sim, running_sims
 
 from fairbench.measure.repeats import AutoRepeats, stop_reason
 from fairbench.sim.predict import highest_concurrency_meeting, predict_point
+
+# Timing-sensitive (open-loop pacing, the SLO search and the repeats' noise are measured in real time): make
+# test runs these alone.
+pytestmark = pytest.mark.timing
 
 TEST_MODEL = "sim/test-model"
 

@@ -11,10 +11,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 from tests.support.results_tree import REPO, build_run, fairbench_report
 
 from fairbench.campaign.load import parse_campaign
+
+# Timing-sensitive (the configs' order is a few per cent of throughput, which a loaded machine's noise
+# reverses): make test runs these alone.
+pytestmark = pytest.mark.timing
 
 DEMO = REPO / "campaigns" / "demo.yml"
 SPEED_UP = 5

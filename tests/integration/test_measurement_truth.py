@@ -20,6 +20,10 @@ import pytest
 from tests.support import sweep_process
 from tests.support.sim_process import REPO, running_sim
 
+# Timing-sensitive (the client-bound and in-flight checks read the CPU the client got): make test runs these
+# alone.
+pytestmark = pytest.mark.timing
+
 TEST_MODEL = "sim/test-model"
 SIM = ("--model-path", TEST_MODEL, "--enable-metrics")
 # Outputs long enough that prefills, whose requests SGLang's gauges count as neither running nor queued,

@@ -780,6 +780,7 @@ def test_metrics_count_each_finished_request_once_and_read_the_batch_the_queue_a
     assert counter_delta(before, after, "sglang:cached_tokens_total", device) == 0
 
 
+@pytest.mark.timing  # it compares the server's seconds with the client's wall clock
 def test_the_latency_and_queue_time_sums_are_the_seconds_requests_spent_in_the_server_and_its_queue(
     tmp_path: Path,
 ) -> None:

@@ -320,6 +320,7 @@ def test_invalid_arguments_get_one_line_naming_the_argument(
     assert not list(tmp_path.iterdir())  # nothing written, not even the results directory
 
 
+@pytest.mark.timing  # Ctrl-C must land inside the first point, at a fixed time
 def test_ctrl_c_writes_nothing_half_done(sse_server: StartServer, tmp_path: Path) -> None:
     server = sse_server(chunk_gap_ms=20)
     out = tmp_path / "run"

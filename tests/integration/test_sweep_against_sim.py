@@ -77,6 +77,7 @@ ACCURACY_RUNS = [(1, 8192, 20, 10.0), (8, 1024, 64, 15.0), (32, 1024, 64, 15.0)]
 
 
 @pytest.mark.parametrize(("concurrency", "input_len", "output_len", "scale"), ACCURACY_RUNS)
+@pytest.mark.timing  # it holds measured latencies to the simulator's model
 def test_the_sweep_measures_what_the_simulator_sent_and_what_its_model_predicts(
     tmp_path: Path, concurrency: int, input_len: int, output_len: int, scale: float
 ) -> None:
@@ -191,6 +192,7 @@ K26_SCALE = 0.25
 K26_LOAD_S = {"tp8": 8.0, "ep4": 11.0, "ep8": 14.0, "ep8-eplb": 8.0}
 
 
+@pytest.mark.timing  # the client must send each wave as fast as the simulated server prefills it
 def test_the_k26_profile_reproduces_the_published_campaign_through_a_sweep(tmp_path: Path) -> None:
     campaign = load_campaign(CAMPAIGN)
     workload = campaign.workload

@@ -57,6 +57,7 @@ def records_in(path: Path) -> list[dict[str, Any]]:
 # --- one writer per results directory -------------------------------------------------------------------
 
 
+@pytest.mark.timing  # the second sweep must start while the first still runs
 def test_a_second_writer_is_refused_naming_the_directory(sse_server: StartServer, tmp_path: Path) -> None:
     server = sse_server(chunk_gap_ms=30)  # 0.1 s a request: the first sweep runs for seconds
     out = tmp_path / "run"
@@ -305,6 +306,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.timing  # Ctrl-C must land during start-up, at a fixed time
 def test_ctrl_c_while_starting_up_is_one_line(tmp_path: Path) -> None:
     command = [
         sys.executable,
@@ -316,6 +318,7 @@ def test_ctrl_c_while_starting_up_is_one_line(tmp_path: Path) -> None:
     assert (result.returncode, result.stderr) == (130, "fairbench sweep: interrupted\n")
 
 
+@pytest.mark.timing  # Ctrl-C must land after the first point, at a fixed time
 def test_ctrl_c_during_a_sweep_shows_what_was_measured(sse_server: StartServer, tmp_path: Path) -> None:
     server = sse_server(chunk_gap_ms=30)
     out = tmp_path / "run"

@@ -11,11 +11,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 from tests.support.results_tree import REPO, build_run, fairbench_report
 
 from fairbench.campaign.load import parse_campaign
 from fairbench.campaign.model import Campaign
+
+# Timing-sensitive (significance depends on the measured noise, which other tests' load adds to): make test
+# runs these alone.
+pytestmark = pytest.mark.timing
 
 
 def campaign(slower_pct: float, repeats: object) -> Campaign:

@@ -475,6 +475,7 @@ def test_no_nvidia_smi_checks_no_gpu(host: FakeHost, tmp_path: Path) -> None:
     assert state.clean and state.details["gpus"] is None
 
 
+@pytest.mark.timing  # its bound is wall time
 def test_an_already_clean_host_costs_one_check_and_no_sleep(host: FakeHost) -> None:
     port, user = free_port(), idle_user()
     started = time.monotonic()

@@ -61,6 +61,7 @@ def test_a_trace_file_that_cannot_be_opened_is_a_runtime_error(
     assert err == f"fairbench sim: error: --sim-trace: cannot append to {tmp_path}: Is a directory\n"
 
 
+@pytest.mark.timing  # the signal must land while the loop is being built
 def test_ctrl_c_while_the_event_loop_is_built_interrupts_with_no_traceback(
     busy_port: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -312,6 +312,7 @@ def _schedule_misses(server: RunningServer, first_ms: float, gap_ms: float, toke
     return [f"{name}: arrivals {arrivals_ms}" for name, ok in checks.items() if not ok]
 
 
+@pytest.mark.timing  # it holds each chunk to its send time within milliseconds
 def test_chunks_leave_on_schedule_each_in_its_own_read(sse_server: StartServer) -> None:
     # In its own process: the test's reads then wait on nothing of the server's, not even the GIL.
     server = sse_server(first_token_ms=40, chunk_gap_ms=10, process=True)
