@@ -293,7 +293,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--remeasure-failed",
         action="store_true",
-        help="with --resume: measure again the points that completed no request",
+        help="with --resume: measure again the points with failed requests",
     )
     parser.add_argument(
         "--progress", choices=("auto", "bar", "lines"), default="auto", help="live bar or plain lines"

@@ -27,7 +27,7 @@ from fairbench.campaign.sweep import sweep_spec
 from fairbench.hosts.gpu import GpuFacts, GpuFactsError, collect
 from fairbench.hosts.unit_security import unit_security
 from fairbench.measure.progress import Progress
-from fairbench.measure.results import ResultsDir, RunIdentity, point_id
+from fairbench.measure.results import ResultsDir, RunIdentity, has_failed_requests, point_id
 from fairbench.measure.slo import SloError, parse_slo
 from fairbench.measure.sweep import Sweep, SweepSpec
 
@@ -132,7 +132,7 @@ class SweepOutcome:
 
 def sweep(spec: SweepSpec, out: Path, *, check: bool, remeasure_failed: bool = False) -> SweepOutcome:
     """Measure the points missing from ``out`` (a resume when some exist), and with ``remeasure_failed``
-    those that completed no request; with ``check``, only plan them.
+    those with failed requests; with ``check``, only plan them.
 
     Raises ``ResultsError`` (``out`` holds points of other settings or of another identity, or another
     sweep writes there) and ``ServerUnreachable``.
@@ -173,7 +173,7 @@ def _outcome(
         f"{point['point_id']}: {point['completed']} of {point.get('num_prompts')} requests completed"
         + (", stopped early at the error-rate limit" if point.get("stopped_early") else "")
         for point in points
-        if point.get("failed") or point.get("stopped_early") or not point.get("completed")
+        if has_failed_requests(point)
     ]
     levels = [{key: point.get(key) for key in SUMMARY_KEYS} for point in points]
     return SweepOutcome(existing=existing, planned=planned, written=written, levels=levels, problems=problems)

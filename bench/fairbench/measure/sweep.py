@@ -282,7 +282,7 @@ class Sweep:
 
     def todo(self, *, remeasure_failed: bool = False) -> list[tuple[float, int]]:
         """(level, repeat) of each point known to be measured: the listed levels of each repeat that
-        the results directory lacks, and with ``remeasure_failed`` those whose every request failed;
+        the results directory lacks, and with ``remeasure_failed`` those with failed requests;
         repeat-major, so repeats are spread in time. Search probes and automatic repeats come on top,
         decided as the points come in (``next_point``)."""
         done = self.results.completed_ids()
@@ -482,12 +482,17 @@ class Sweep:
         skipped = len(spec.levels()) * len(self.repeats()) - len(todo)
         if skipped:
             self.progress.note(f"resuming: {skipped} point(s) already in {self.results.points_path}")
-        present = self.results.completed_ids()
-        again = [pid for pid in (spec.point_id(level, repeat) for level, repeat in todo) if pid in present]
-        if again:
-            self.progress.note(
-                f"measuring again {len(again)} point(s) that completed no request: {', '.join(again)}"
-            )
+        present = {point["point_id"]: point for point in self.results.points()}
+        again = [
+            present[pid] for pid in (spec.point_id(level, repeat) for level, repeat in todo) if pid in present
+        ]
+        for kind, points in (
+            ("that completed no request", [point for point in again if not point.get("completed")]),
+            ("with failed requests", [point for point in again if point.get("completed")]),
+        ):
+            if points:
+                shown = ", ".join(point["point_id"] for point in points)
+                self.progress.note(f"measuring again {len(points)} point(s) {kind}: {shown}")
 
     async def vocabulary(self, client: StreamClient) -> Vocabulary | None:
         """The ids random prompts may use (None when prompts are text): the user's size, else learned from
