@@ -77,12 +77,7 @@ from typing import Any, TypeGuard
 from fairbench.measure.bounds import GPUS, Bound
 from fairbench.measure.repeats import Repeats, repeats_to_json
 from fairbench.measure.slo import SloTarget, slo_to_json
-from fairbench.measure.workload import (
-    DEFAULT_ARRIVAL,
-    DEFAULT_BURSTINESS,
-    LevelCount,
-    prompts_at,
-)
+from fairbench.measure.workload import DEFAULT_ARRIVAL, DEFAULT_BURSTINESS, LevelCount, prompts_at
 
 ENGINES = ("sglang", "sim")
 DATASET_SUFFIX = ".json"
