@@ -56,9 +56,10 @@ options:
         type: str
   remeasure_failed:
     description:
-      - Measure again the points of C(out) that completed no request (C(fairbench sweep --resume
-        --remeasure-failed)). The new point supersedes the failed one, whose line stays in points.jsonl
-        and whose request records are kept beside the new ones.
+      - Measure again the points of C(out) with failed requests (a request failed, the level stopped early
+        at the error-rate limit, or none completed; C(fairbench sweep --resume --remeasure-failed)). The new
+        point supersedes the failed one, whose line stays in points.jsonl and whose request records are
+        kept beside the new ones.
       - Without it, such a point counts as measured and fails the task again.
     type: bool
     default: false

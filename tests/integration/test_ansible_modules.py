@@ -560,6 +560,88 @@ def test_config_run_in_check_mode_plans_the_jobs_repeats_and_starts_nothing(
     assert not (out / "points.jsonl").exists()
 
 
+FAKE_SYSTEMCTL = """#!/usr/bin/env bash
+# systemd for one unit, on a machine that runs none: restart runs the command in $FAKE_UNIT/command in the
+# background, stop ends it, show says whether it runs; no unit is listed (the host is clean between jobs).
+pid_file=$FAKE_UNIT/pid
+running() {
+    local state
+    state=$( [[ -f $pid_file ]] && ps -o stat= -p "$(cat "$pid_file")" )
+    [[ -n $state && $state != Z* ]]
+}
+case $1 in
+    list-units) ;;
+    restart)
+        if running; then kill "$(cat "$pid_file")"; fi
+        setsid bash -c "exec $(cat "$FAKE_UNIT/command")" </dev/null >>"$FAKE_UNIT/log" 2>&1 &
+        echo $! >"$pid_file" ;;
+    stop)
+        if running; then kill "$(cat "$pid_file")"; while running; do sleep 0.05; done; fi ;;
+    show)
+        if running; then echo ActiveState=active; echo SubState=running
+        else echo ActiveState=inactive; echo SubState=dead; fi
+        echo Result=success; echo ExecMainStatus=0 ;;
+    *) exit 1 ;;
+esac
+"""
+
+
+def test_a_job_run_again_with_remeasure_failed_measures_its_failed_points_again(tmp_path: Path) -> None:
+    # As the bench role runs a job (roles/bench/tasks/config.yml), twice on one run id: the first time the
+    # server crashes during the last level, which completes some of its requests; the second time (the
+    # crash was the host's, since mended) with and without bench_remeasure_failed.
+    bin_dir, unit = tmp_path / "bin", tmp_path / "unit"
+    bin_dir.mkdir()
+    unit.mkdir()
+    (bin_dir / "systemctl").write_text(FAKE_SYSTEMCTL)
+    (bin_dir / "journalctl").write_text('#!/usr/bin/env bash\necho "-- No entries --"\n')
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_UNIT": str(unit)}
+    port, out = _free_port(), tmp_path / "out"
+    fairbench = Path(sys.executable).parent / "fairbench"
+    server = f"{fairbench} sim --model-path test/model --port {port} --sim-time-scale 0.02"
+
+    def job(name: str, *, remeasure_failed: bool) -> dict[str, Any]:
+        arguments = {
+            "unit": "fairbench-demo-tp8.service",
+            "url": f"http://127.0.0.1:{port}",
+            "workload": WORKLOAD,
+            "out": str(out),
+            "repeats": [0],
+            "remeasure_failed": remeasure_failed,
+            "clean": {"port": port, "user": _idle_user(), "timeout_s": 10},
+        }
+        return {"name": name, fqcn("fairbench_config_run"): arguments}
+
+    # c1 takes requests 1-16; c4's first four are in flight when the 21st is sent, which crashes the server.
+    (unit / "command").write_text(f"{server} --sim-fault crash-after=20")
+    first = run_play(tmp_path, [job("First", remeasure_failed=False)], env=env)["First"]
+    assert first["failed"] and first["stage"] == "sweep", first
+    crashed = {point["point_id"]: point for point in ResultsDir(out).points()}
+    assert crashed["c1-r0"]["completed"] == 16
+    assert 0 < crashed["c4-r0"]["completed"] < 16 and crashed["c4-r0"]["failed"] > 0
+
+    (unit / "command").write_text(server)
+    again = run_play(
+        tmp_path, [job("Again", remeasure_failed=False), job("Remeasured", remeasure_failed=True)], env=env
+    )
+    # A resume keeps the failed point: the job fails at its plan, no server started.
+    kept = again["Again"]
+    assert kept["failed"] and kept["stage"] == "sweep" and kept["server_started"] is False, kept
+    assert kept["planned"] == [] and "c4-r0: " in kept["msg"]
+    remeasured = again["Remeasured"]
+    assert not remeasured.get("failed"), remeasured["msg"]
+    assert remeasured["server_started"] is True and remeasured["planned"] == ["c4-r0"]
+    assert remeasured["sweep"]["written"] == ["c4-r0"] and remeasured["sweep"]["problems"] == []
+    # The crashed point's line stays in points.jsonl, superseded by the new one.
+    lines = [json.loads(line) for line in (out / "points.jsonl").read_text().splitlines()]
+    assert [line["point_id"] for line in lines] == ["c1-r0", "c4-r0", "c4-r0"]
+    assert lines[2]["supersedes"] == {"line": 2, "requests": "requests/c4-r0.line2.jsonl.gz"}
+    assert [point["completed"] for point in ResultsDir(out).points()] == [16, 16]
+    assert (out / "requests/c4-r0.line2.jsonl.gz").exists()
+
+
 # --- fairbench_fleet, fairbench_fleet_job ------------------------------------------------------------
 
 

@@ -76,7 +76,7 @@ from typing import Any, TypeGuard
 from fairbench.measure.bounds import GPUS, Bound
 from fairbench.measure.repeats import Repeats, repeats_to_json
 from fairbench.measure.slo import SloTarget, slo_to_json
-from fairbench.measure.workload import MIN_PROMPTS_PER_LEVEL, times_level
+from fairbench.measure.workload import DEFAULT_ARRIVAL, DEFAULT_BURSTINESS, LevelCount, prompts_at
 
 ENGINES = ("sglang", "sim")
 DATASET_SUFFIX = ".json"
@@ -122,15 +122,6 @@ WORKLOAD_KEYS = (
     "seed",
     "vocab_size",
 )
-POISSON = "poisson"
-"""Exponential gaps between arrivals: the gamma process of shape 1, whatever ``burstiness`` says."""
-GAMMA = "gamma"
-"""Gamma-distributed gaps of shape ``burstiness`` and mean 1 / rate: below 1 burstier than poisson, above
-1 more even."""
-ARRIVALS = (POISSON, GAMMA)
-DEFAULT_ARRIVAL = POISSON
-DEFAULT_BURSTINESS = 1.0
-
 Scalar = str | int | float
 ArgValue = bool | Scalar | tuple[Scalar, ...]
 
@@ -171,27 +162,6 @@ class UnsetKeys:
 
     def to_json(self) -> dict[str, list[str]]:
         return {"args": list(self.args), "env": list(self.env), "sim": list(self.sim)}
-
-
-@dataclass(frozen=True)
-class LevelCount:
-    """Requests per level: ``count``, or ``count`` times the level (``"10x"``), the concurrency or the
-    request rate."""
-
-    count: int
-    times_concurrency: bool
-    """Whether ``count`` is a factor of the level (the name is older than open loops: the level may be a
-    rate)."""
-
-    def at(self, level: float) -> int:
-        """``count``, or ceil(count x level): at a request rate, N seconds of arrivals. The rate counts as
-        the decimal it is written as (``0.7``, not the float just below it), so ``10x`` of 0.7 req/s is 7
-        requests, not 8."""
-        return times_level(self.count, level) if self.times_concurrency else self.count
-
-    def to_json(self) -> int | str:
-        """The campaign file's spelling, which ``fairbench sweep`` also takes."""
-        return f"{self.count}x" if self.times_concurrency else self.count
 
 
 @dataclass(frozen=True)
@@ -237,7 +207,7 @@ class Workload:
     def prompts_at(self, level: float) -> int:
         """Requests measured at a level (a concurrency, or a request rate), at least
         ``MIN_PROMPTS_PER_LEVEL``."""
-        return max(self.prompts_per_level.at(level), MIN_PROMPTS_PER_LEVEL)
+        return prompts_at(self.prompts_per_level, level)
 
     def warmup_at(self, level: float) -> int:
         """Warmup requests at a level (a concurrency, or a request rate)."""

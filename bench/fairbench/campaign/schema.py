@@ -37,11 +37,8 @@ from fairbench.campaign.checks import UNIT_NAME_PART
 from fairbench.campaign.fleet import GROUP_NAME
 from fairbench.campaign.fleet_facts import FACTS
 from fairbench.campaign.model import (
-    ARRIVALS,
     CONFIG_KEYS,
     DATASET_SUFFIX,
-    DEFAULT_ARRIVAL,
-    DEFAULT_BURSTINESS,
     DEFAULT_NODES,
     DEFAULT_PLACEMENT,
     ENGINES,
@@ -72,7 +69,7 @@ from fairbench.measure.bounds import (
 )
 from fairbench.measure.repeats import AUTO, AutoRepeats
 from fairbench.measure.slo import SLO_KEY, SLO_KEY_RULE, SLO_LIMIT_RULE
-from fairbench.measure.workload import APIS, RANDOM_IDS
+from fairbench.measure.workload import APIS, ARRIVALS, DEFAULT_ARRIVAL, DEFAULT_BURSTINESS, RANDOM_IDS
 from fairbench.sim.args import VALUED_ACTIONS, sglang_version
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"

@@ -22,16 +22,11 @@ from typing import TypeGuard
 from fairbench.campaign.checks import Fields, bound_problem, bounded, choice, mapping
 from fairbench.campaign.findings import Findings, describe, join_path
 from fairbench.campaign.model import (
-    ARRIVALS,
     DATASET_SUFFIX,
-    DEFAULT_ARRIVAL,
-    DEFAULT_BURSTINESS,
     LOADS,
     OPEN_LOOP_KEYS,
-    POISSON,
     WORKLOAD_KEYS,
     WORKLOAD_REQUIRED,
-    LevelCount,
     Workload,
     is_int,
     within,
@@ -51,8 +46,18 @@ from fairbench.measure.bounds import (
     VOCABULARY,
     Bound,
 )
-from fairbench.measure.repeats import AUTO, AutoRepeats, Repeats
-from fairbench.measure.workload import APIS, RANDOM_IDS
+from fairbench.measure.repeats import AUTO, DEFAULT_REPEATS, AutoRepeats, Repeats
+from fairbench.measure.workload import (
+    APIS,
+    ARRIVALS,
+    DEFAULT_API,
+    DEFAULT_ARRIVAL,
+    DEFAULT_BURSTINESS,
+    DEFAULT_SEED,
+    POISSON,
+    RANDOM_IDS,
+    LevelCount,
+)
 
 TIMES_CONCURRENCY = re.compile(r"([1-9][0-9]{0,99})x")
 """``Nx``; N of a hundred digits at most, which ``int`` reads at once (it refuses thousands)."""
@@ -323,14 +328,14 @@ def workload_from_json(data: object, source: str) -> Workload:
 
 
 STAND_IN_WORKLOAD = Workload(
-    api=APIS[0],
+    api=DEFAULT_API,
     dataset=RANDOM_IDS,
     input_len=1,
     output_len=1,
     concurrency=(),
     prompts_per_level=LevelCount(LEAST_REQUESTS["prompts_per_level"], times_concurrency=False),
     warmup=LevelCount(LEAST_REQUESTS["warmup"], times_concurrency=False),
-    repeats=1,
-    seed=1,
+    repeats=DEFAULT_REPEATS,
+    seed=DEFAULT_SEED,
 )
 """Stands in for a missing workload and a missing key; ``repeats`` and ``seed`` are also the defaults."""

@@ -15,21 +15,39 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from fairbench.campaign.model import Workload
+from fairbench.campaign.sweep import sweep_spec
 from fairbench.cli.usage import UsageError
 from fairbench.measure import bounds
-from fairbench.measure.arrivals import ARRIVALS
 from fairbench.measure.bounds import Bound
-from fairbench.measure.client import ServerUnreachable
+from fairbench.measure.client import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_READ_TIMEOUT_S, ServerUnreachable
 from fairbench.measure.energy import GpuSelectionError
 from fairbench.measure.progress import Progress
-from fairbench.measure.repeats import AUTO, AutoRepeats, Repeats
+from fairbench.measure.repeats import AUTO, DEFAULT_REPEATS, AutoRepeats, Repeats
 from fairbench.measure.results import ResultsDir, ResultsError, RunIdentity
 from fairbench.measure.results_format import is_open_loop
 from fairbench.measure.server_metrics import SAMPLE_INTERVAL_S
 from fairbench.measure.slo import SloError, SloTarget, parse_target
-from fairbench.measure.sweep import Sweep, SweepSpec
+from fairbench.measure.sweep import DEFAULT_MAX_ERROR_RATE, Sweep, SweepSpec
 from fairbench.measure.vocabulary import VocabularyError
-from fairbench.measure.workload import APIS, WorkloadError, WorkloadSpec, parse_count
+from fairbench.measure.workload import (
+    APIS,
+    ARRIVALS,
+    DEFAULT_API,
+    DEFAULT_ARRIVAL,
+    DEFAULT_BURSTINESS,
+    DEFAULT_PROMPTS_PER_LEVEL,
+    DEFAULT_RANGE_RATIO,
+    DEFAULT_SEED,
+    DEFAULT_WARMUP,
+    MIN_PROMPTS_PER_LEVEL,
+    POISSON,
+    RANDOM_IDS,
+    LevelCount,
+    WorkloadError,
+    level_count,
+    parse_count,
+)
 
 
 def _number(text: str, bound: Bound) -> int | float:
@@ -79,12 +97,11 @@ def _gpu_list(text: str) -> list[int]:
     return [int(value) for value in _bounded_list(text, bounds.GPU_INDEX, "GPU")]
 
 
-def _count(text: str) -> str:
+def _count(text: str) -> LevelCount:
     try:
-        parse_count(text, 1)
+        return level_count(text)
     except WorkloadError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
 
 
 def _repeats(text: str) -> Repeats:
@@ -152,7 +169,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
     parser.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:30000")
     parser.add_argument(
-        "--api", choices=APIS, default="completions", help="generation API (default completions)"
+        "--api", choices=APIS, default=DEFAULT_API, help=f"generation API (default {DEFAULT_API})"
     )
     parser.add_argument(
         "--model", help="model name for the OpenAI APIs (default: the server's, from /v1/models)"
@@ -160,14 +177,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--api-key", default=os.environ.get("FAIRBENCH_API_KEY"), help="bearer token (or FAIRBENCH_API_KEY)"
     )
-    parser.add_argument("--dataset", default="random-ids", help="random-ids, or a ShareGPT-style JSON file")
+    parser.add_argument("--dataset", default=RANDOM_IDS, help=f"{RANDOM_IDS}, or a ShareGPT-style JSON file")
     tokens = bounded(bounds.TOKENS)
     parser.add_argument("--input-len", type=tokens, required=True, help="input tokens per request")
     parser.add_argument("--output-len", type=tokens, required=True, help="output tokens per request")
     parser.add_argument(
         "--range-ratio",
         type=bounded(bounds.SHARE),
-        default=1.0,
+        default=DEFAULT_RANGE_RATIO,
         help="draw each request's lengths between this share of the length and the length (default "
         "%(default)g: all the same)",
     )
@@ -179,12 +196,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="open-loop levels, requests per second, e.g. 0.5,1,2 (needs --max-concurrency)",
     )
     parser.add_argument(
-        "--arrival", choices=ARRIVALS, default="poisson", help="open-loop arrivals (default poisson)"
+        "--arrival",
+        choices=ARRIVALS,
+        default=DEFAULT_ARRIVAL,
+        help=f"open-loop arrivals (default {DEFAULT_ARRIVAL})",
     )
     parser.add_argument(
         "--burstiness",
         type=bounded(bounds.BURSTINESS),
-        default=1.0,
+        default=DEFAULT_BURSTINESS,
         help="the shape of gamma arrivals: below 1 burstier, above 1 more even (default %(default)g)",
     )
     parser.add_argument(
@@ -195,16 +215,24 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--prompts-per-level",
         type=_count,
-        default="10x",
-        help="measured requests per level: N, or Nx for N times the level (default %(default)s, at least 16)",
+        default=DEFAULT_PROMPTS_PER_LEVEL,
+        help="measured requests per level: N, or Nx for N times the level (default %(default)s, at least "
+        f"{MIN_PROMPTS_PER_LEVEL})",
     )
-    parser.add_argument("--warmup", type=_count, default="2x", help="warmup requests: N or Nx (default 2x)")
+    parser.add_argument(
+        "--warmup",
+        type=_count,
+        default=DEFAULT_WARMUP,
+        help=f"warmup requests: N or Nx (default {DEFAULT_WARMUP})",
+    )
+    auto = AutoRepeats()
     parser.add_argument(
         "--repeats",
         type=_repeats,
-        default=1,
-        help="measure every level N times (default %(default)s); auto: 3 to 10 times, until the throughput's "
-        "95 %% interval is within ±2 %%; auto:MIN:MAX:PCT sets those bounds",
+        default=DEFAULT_REPEATS,
+        help=f"measure every level N times (default %(default)s); auto: {auto.minimum} to {auto.maximum} "
+        f"times, until the throughput's 95 %% interval is within ±{auto.half_width_pct:g} %%; "
+        "auto:MIN:MAX:PCT sets those bounds",
     )
     parser.add_argument(
         "--slo",
@@ -221,7 +249,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="after the levels, search between the last level meeting --slo and the first that does not, to "
         "within N requests in flight",
     )
-    parser.add_argument("--seed", type=bounded(bounds.SEED), default=1, help="prompt seed (default 1)")
+    parser.add_argument(
+        "--seed",
+        type=bounded(bounds.SEED),
+        default=DEFAULT_SEED,
+        help=f"prompt seed (default {DEFAULT_SEED})",
+    )
     parser.add_argument(
         "--vocab-size",
         type=bounded(bounds.VOCABULARY),
@@ -231,7 +264,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-error-rate",
         type=bounded(bounds.SHARE),
-        default=0.5,
+        default=DEFAULT_MAX_ERROR_RATE,
         help="stop a level early once more than this share of its requests failed (default %(default)g)",
     )
     parser.add_argument("--gpus", type=bounded(bounds.GPUS), help="GPUs serving, for per-GPU throughput")
@@ -263,13 +296,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--connect-timeout",
         type=bounded(bounds.CONNECT_TIMEOUT_S),
-        default=10.0,
+        default=DEFAULT_CONNECT_TIMEOUT_S,
         help="seconds to wait for a connection to the server (default %(default)g)",
     )
     parser.add_argument(
         "--read-timeout",
         type=bounded(bounds.READ_TIMEOUT_S),
-        default=600.0,
+        default=DEFAULT_READ_TIMEOUT_S,
         help="seconds a response may go without data before its request counts as failed (default "
         "%(default)g)",
     )
@@ -291,7 +324,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--remeasure-failed",
         action="store_true",
-        help="with --resume: measure again the points that completed no request",
+        help="with --resume: measure again the points with failed requests",
     )
     parser.add_argument(
         "--progress",
@@ -319,59 +352,61 @@ def _url_problem(url: str) -> str | None:
 
 
 def spec_from_args(args: argparse.Namespace) -> SweepSpec:
+    workload = Workload(
+        api=args.api,
+        dataset=args.dataset,
+        input_len=args.input_len,
+        output_len=args.output_len,
+        concurrency=tuple(args.concurrency or ()),
+        prompts_per_level=args.prompts_per_level,
+        warmup=args.warmup,
+        repeats=args.repeats,
+        seed=args.seed,
+        vocab_size=args.vocab_size,
+        request_rate=tuple(args.request_rate or ()),
+        arrival=args.arrival,
+        burstiness=args.burstiness,
+        max_concurrency=args.max_concurrency,
+        search_resolution=args.search_resolution,
+    )
     try:
-        workload = WorkloadSpec(
-            input_len=args.input_len,
-            output_len=args.output_len,
-            dataset=args.dataset,
+        spec = sweep_spec(
+            workload,
+            args.url,
             range_ratio=args.range_ratio,
-            seed=args.seed,
-            as_text=args.api == "chat",
-            vocab_size=args.vocab_size,
+            model=args.model,
+            api_key=args.api_key,
+            gpus=args.gpus,
+            energy=not args.no_energy,
+            energy_gpus=args.energy_gpus,
+            identity=RunIdentity(
+                campaign=args.campaign, run_id=args.run_id, host=args.host, config=args.config
+            ),
+            slo=tuple(args.slo),
+            client_processes=args.client_processes,
+            flush_cache=args.flush_cache,
+            max_error_rate=args.max_error_rate,
+            connect_timeout=args.connect_timeout,
+            read_timeout=args.read_timeout,
+            server_metrics=not args.no_server_metrics,
+            server_metrics_interval_s=args.server_metrics_interval,
         )
     except WorkloadError as exc:
         raise UsageError(f"--{str(exc).replace('_', '-')}") from None
     _check_together(args)
-    return SweepSpec(
-        url=args.url,
-        workload=workload,
-        concurrency=args.concurrency or [],
-        request_rate=args.request_rate or [],
-        arrival=args.arrival,
-        burstiness=args.burstiness,
-        max_concurrency=args.max_concurrency,
-        api=args.api,
-        prompts_per_level=args.prompts_per_level,
-        warmup=args.warmup,
-        repeats=args.repeats,
-        slo=tuple(args.slo),
-        search_resolution=args.search_resolution,
-        flush_cache=args.flush_cache,
-        max_error_rate=args.max_error_rate,
-        model=args.model,
-        api_key=args.api_key,
-        gpus=args.gpus,
-        connect_timeout=args.connect_timeout,
-        read_timeout=args.read_timeout,
-        energy=not args.no_energy,
-        energy_gpus=args.energy_gpus,
-        client_processes=args.client_processes,
-        server_metrics=not args.no_server_metrics,
-        server_metrics_interval_s=args.server_metrics_interval,
-        identity=RunIdentity(campaign=args.campaign, run_id=args.run_id, host=args.host, config=args.config),
-    )
+    return spec
 
 
 def _check_together(args: argparse.Namespace) -> None:
     """The checks no option's type can make alone; UsageError names the option."""
-    if args.dataset != "random-ids" and not _is_file(args.dataset):
-        raise UsageError(f"--dataset: {args.dataset!r} is not 'random-ids' nor a file")
+    if args.dataset != RANDOM_IDS and not _is_file(args.dataset):
+        raise UsageError(f"--dataset: {args.dataset!r} is not {RANDOM_IDS!r} nor a file")
     open_loop = args.request_rate is not None
     if open_loop and args.max_concurrency is None:
         raise UsageError("--max-concurrency: an open loop needs its bound on requests in flight")
     if not open_loop and args.max_concurrency is not None:
         raise UsageError("--max-concurrency: bounds an open loop; a closed loop's bound is its --concurrency")
-    if args.arrival == "poisson" and args.burstiness != 1.0:
+    if args.arrival == POISSON and args.burstiness != DEFAULT_BURSTINESS:
         raise UsageError("--burstiness: shapes gamma arrivals only: add --arrival gamma")
     if open_loop and args.search_resolution is not None:
         raise UsageError("--search-resolution: searches over --concurrency levels, not request rates")

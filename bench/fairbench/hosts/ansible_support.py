@@ -2,7 +2,8 @@
 JSON.
 
 The campaign layer (docs/architecture.md) keeps every decision in the package: how a campaign's workload
-becomes a sweep, when a server counts as healthy or dead, and what a host reports about itself.
+becomes a sweep (``campaign.sweep``), when a server counts as healthy or dead, and what a host reports about
+itself.
 ``sweep``, ``wait_until_healthy`` and ``host_facts`` run on a GPU host inside fairbench's own venv.
 """
 
@@ -23,15 +24,15 @@ from typing import Any
 from fairbench import __version__
 from fairbench.campaign.findings import CampaignError
 from fairbench.campaign.model import Workload
+from fairbench.campaign.sweep import sweep_spec
 from fairbench.campaign.workload import workload_from_json
 from fairbench.hosts.gpu import GpuFacts, GpuFactsError, collect
 from fairbench.hosts.unit_security import unit_security
 from fairbench.measure.progress import Progress
 from fairbench.measure.results import ResultsDir, RunIdentity
-from fairbench.measure.results_format import point_id
-from fairbench.measure.slo import SloError, SloTarget, parse_slo
+from fairbench.measure.results_format import has_failed_requests, point_id
+from fairbench.measure.slo import SloError, parse_slo
 from fairbench.measure.sweep import Sweep, SweepSpec
-from fairbench.measure.workload import WorkloadSpec
 
 SWEEP_LOG = "sweep.log"
 """Progress lines of every sweep call on a results directory (``tail -f`` it during a long sweep)."""
@@ -66,56 +67,6 @@ class ServingError(Exception):
 
 
 # --- the sweep ------------------------------------------------------------------------------------
-
-
-def sweep_spec(
-    workload: Workload,
-    url: str,
-    *,
-    model: str | None = None,
-    gpus: int | None = None,
-    energy_gpus: list[int] | None = None,
-    identity: RunIdentity | None = None,
-    repeats: list[int] | None = None,
-    extend_repeats: bool = True,
-    slo: tuple[SloTarget, ...] = (),
-    client_processes: int | None = None,
-) -> SweepSpec:
-    """The sweep that drives one server with a campaign's workload; ``energy_gpus``: the GPUs whose energy
-    counts (NVML indices), None for every GPU; ``identity``: what its point lines name as their sweep (the
-    bench role gives the campaign, run id, inventory_hostname and config); ``repeats``: the repeats to
-    measure, None for every one; ``extend_repeats``: whether automatic repeats are added by this sweep;
-    ``slo``: the campaign's objectives; ``client_processes``: the client's processes, None to let the sweep
-    choose."""
-    return SweepSpec(
-        url=url,
-        workload=WorkloadSpec(
-            input_len=workload.input_len,
-            output_len=workload.output_len,
-            dataset=workload.dataset,
-            seed=workload.seed,
-            as_text=workload.api == "chat",
-            vocab_size=workload.vocab_size,
-        ),
-        concurrency=list(workload.concurrency),
-        request_rate=list(workload.request_rate),
-        arrival=workload.arrival,
-        burstiness=workload.burstiness,
-        max_concurrency=workload.max_concurrency,
-        api=workload.api,
-        prompts_per_level=str(workload.prompts_per_level.to_json()),
-        warmup=str(workload.warmup.to_json()),
-        repeats=workload.repeats,
-        slo=slo,
-        search_resolution=workload.search_resolution,
-        model=model,
-        gpus=gpus,
-        energy_gpus=energy_gpus,
-        identity=identity or RunIdentity(),
-        only_repeats=repeats,
-        extend_repeats=extend_repeats,
-        client_processes=client_processes,
-    )
 
 
 def spec_from_arguments(arguments: dict[str, Any]) -> SweepSpec:
@@ -184,7 +135,7 @@ class SweepOutcome:
 
 def sweep(spec: SweepSpec, out: Path, *, check: bool, remeasure_failed: bool = False) -> SweepOutcome:
     """Measure the points missing from ``out`` (a resume when some exist), and with ``remeasure_failed``
-    those that completed no request; with ``check``, only plan them.
+    those with failed requests; with ``check``, only plan them.
 
     Raises ``ResultsError`` (``out`` holds points of other settings or of another identity, or another
     sweep writes there) and ``ServerUnreachable``.
@@ -225,7 +176,7 @@ def _outcome(
         f"{point['point_id']}: {point['completed']} of {point.get('num_prompts')} requests completed"
         + (", stopped early at the error-rate limit" if point.get("stopped_early") else "")
         for point in points
-        if point.get("failed") or point.get("stopped_early") or not point.get("completed")
+        if has_failed_requests(point)
     ]
     levels = [{key: point.get(key) for key in SUMMARY_KEYS} for point in points]
     return SweepOutcome(existing=existing, planned=planned, written=written, levels=levels, problems=problems)

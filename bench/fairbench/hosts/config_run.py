@@ -99,8 +99,9 @@ def run_job(job: JobRun) -> JobRun:
     job.out.mkdir(parents=True, exist_ok=True)
     planned = plan(job)
     # Points whose requests failed fail a resumed job before any server starts, so a crashed server is never
-    # reported as done (unless asked to measure them again, which supersedes them).
-    if planned.problems and not job.remeasure_failed:
+    # reported as done: unless the job measures them again (which supersedes them). With nothing to measure
+    # (the failed points are another job's repeats) they fail it as they stand.
+    if planned.problems and not (job.remeasure_failed and job.planned):
         job.stage = "sweep"
         raise StageError("sweep", "points with failed requests: " + "; ".join(planned.problems))
     if not job.planned:

@@ -35,13 +35,18 @@ from fairbench.measure.client import StreamClient
 from fairbench.measure.closed_loop import ErrorRateStop, PreparedRequest
 from fairbench.measure.event_loop import resolve
 from fairbench.measure.records import RequestRecord
+from fairbench.measure.workload import ARRIVALS, DEFAULT_ARRIVAL, DEFAULT_BURSTINESS, POISSON
 
-ARRIVALS = ("poisson", "gamma")
 NS_PER_S = 1_000_000_000
 
 
 def arrival_offsets_s(
-    count: int, rate: float, *, arrival: str = "poisson", burstiness: float = 1.0, seed: int
+    count: int,
+    rate: float,
+    *,
+    arrival: str = DEFAULT_ARRIVAL,
+    burstiness: float = DEFAULT_BURSTINESS,
+    seed: int,
 ) -> list[float]:
     """The scheduled send time of each of ``count`` requests, in seconds from the point's start.
 
@@ -61,12 +66,12 @@ def arrival_offsets_s(
         raise ValueError(f"burstiness must be a positive finite number, got {burstiness}")
     if arrival not in ARRIVALS:
         raise ValueError(f"arrival must be one of {', '.join(ARRIVALS)}, got {arrival!r}")
-    if arrival == "poisson" and burstiness != 1:
+    if arrival == POISSON and burstiness != DEFAULT_BURSTINESS:
         raise ValueError(
             f"burstiness {burstiness} needs arrival 'gamma' (poisson is gamma with burstiness 1)"
         )
     rng = random.Random(seed)
-    if arrival == "poisson":
+    if arrival == POISSON:
         gaps = [rng.expovariate(rate) for _ in range(count - 1)]
     else:
         scale = 1.0 / (rate * burstiness)

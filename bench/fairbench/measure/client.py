@@ -25,13 +25,16 @@ import orjson
 
 from fairbench.measure.http_stream import ConnectionPool, HttpStreamError
 from fairbench.measure.records import RequestRecord
-from fairbench.measure.workload import APIS, Prompt
+from fairbench.measure.workload import APIS, CHAT, Prompt
 
 ERROR_EXCERPT_CHARS = 300
 CONNECTION_FAILED = "connection failed: "
 STALLED = "stalled: "
 """How a request's error starts when the connection failed (refused, reset, cut mid-stream)."""
 PLAIN_HTTP_HINT = "if the server speaks plain HTTP, use http://"
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+DEFAULT_READ_TIMEOUT_S = 600.0
+"""Seconds without data before a stream fails."""
 
 
 class StreamError(Exception):
@@ -173,7 +176,7 @@ class ApiFormat:
                 "temperature": 0.0,
                 "ignore_eos": True,
             }
-            if self.name == "chat":
+            if self.name == CHAT:
                 text = prompt.prompt if isinstance(prompt.prompt, str) else " ".join(map(str, prompt.prompt))
                 payload["messages"] = [{"role": "user", "content": text}]
             else:
@@ -317,8 +320,8 @@ class StreamClient:
         *,
         concurrency: int,
         api_key: str | None = None,
-        connect_timeout: float = 10.0,
-        read_timeout: float = 600.0,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
+        read_timeout: float = DEFAULT_READ_TIMEOUT_S,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.api = api

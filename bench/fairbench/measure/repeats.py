@@ -39,6 +39,7 @@ class AutoRepeats:
 
 Repeats = int | AutoRepeats
 """A campaign's ``repeats``: a fixed count, or automatic."""
+DEFAULT_REPEATS: Repeats = 1
 
 
 def repeats_from_json(value: object) -> Repeats:

@@ -36,6 +36,7 @@ from fairbench.measure.results_format import (
     Numbered,
     current_lines,
     encode_line,
+    has_failed_requests,
     split_lines,
     whole_lines,
 )
@@ -151,7 +152,7 @@ def _check_resumable(sweep_path: Path, settings: dict[str, Any]) -> None:
 class ResultsDir:
     """Append-only store of a sweep's points in one directory.
 
-    A point whose every request failed can be measured again on request (``--remeasure-failed``), and
+    A point with failed requests can be measured again on request (``--remeasure-failed``), and
     points.jsonl stays append-only all the same: the new point is appended with SUPERSEDES naming the
     line it replaces, and the failed point's request records are kept beside it under another name. The
     failed line stays in the file, so nothing measured is lost and a crash at any moment leaves either
@@ -253,9 +254,9 @@ class ResultsDir:
         return set(self._current())
 
     def failed_ids(self) -> set[str]:
-        """The points whose every request failed (``completed`` 0): those ``--remeasure-failed`` measures
+        """The points with failed requests (``has_failed_requests``): those ``--remeasure-failed`` measures
         again."""
-        return {pid for pid, (_, point) in self._current().items() if point["completed"] == 0}
+        return {pid for pid, (_, point) in self._current().items() if has_failed_requests(point)}
 
     def identity(self) -> RunIdentity | None:
         """The identity the point lines here carry, superseded ones included; None when none carries one
@@ -331,7 +332,7 @@ class ResultsDir:
         """Give the records of the point on line ``number`` a name of their own before its successor's
         records take its name; a hard link, so that until they do, the old name still holds them."""
         number, point = previous
-        if point["completed"]:
+        if not has_failed_requests(point):
             raise ResultsError(
                 f"{self.points_path}:{number}: {pid} was measured; only a failed point is redone"
             )

@@ -65,6 +65,13 @@ def is_open_loop(point: Mapping[str, Any]) -> bool:
     return isinstance(rate, int | float) and not isinstance(rate, bool)
 
 
+def has_failed_requests(point: Mapping[str, Any]) -> bool:
+    """Whether a point is not to be trusted: a request of it failed, it stopped early at the error-rate
+    limit, or it completed none. Such a point fails a campaign's job, and is what ``remeasure_failed``
+    (``--remeasure-failed``) measures again."""
+    return bool(point.get("failed") or point.get("stopped_early") or not point.get("completed"))
+
+
 def load_of(point: Mapping[str, Any]) -> float:
     """The level a point line was measured at: its target request rate in an open loop, else its
     concurrency."""

@@ -25,7 +25,15 @@ from typing import Any
 
 from fairbench import __version__
 from fairbench.measure.arrivals import achieved_rate, arrival_offsets_s
-from fairbench.measure.client import CONNECTION_FAILED, STALLED, ApiFormat, ServerUnreachable, StreamClient
+from fairbench.measure.client import (
+    CONNECTION_FAILED,
+    DEFAULT_CONNECT_TIMEOUT_S,
+    DEFAULT_READ_TIMEOUT_S,
+    STALLED,
+    ApiFormat,
+    ServerUnreachable,
+    StreamClient,
+)
 from fairbench.measure.client_processes import ClientProcesses, ClientSettings, shares
 from fairbench.measure.closed_loop import PreparedRequest
 from fairbench.measure.energy import (
@@ -50,6 +58,7 @@ from fairbench.measure.point_flags import client_flags, server_flags
 from fairbench.measure.progress import Progress
 from fairbench.measure.records import RequestRecord
 from fairbench.measure.repeats import (
+    DEFAULT_REPEATS,
     JUDGED_METRIC,
     AutoRepeats,
     Repeats,
@@ -63,7 +72,19 @@ from fairbench.measure.server_metrics import METRICS_PATH, SAMPLE_INTERVAL_S, Se
 from fairbench.measure.server_metrics import point_fields as server_fields
 from fairbench.measure.slo import SloTarget, slo_to_json
 from fairbench.measure.vocabulary import Vocabulary, VocabularyError, explicit, from_model_info
-from fairbench.measure.workload import MIN_PROMPTS_PER_LEVEL, Workload, WorkloadSpec, parse_count
+from fairbench.measure.workload import (
+    DEFAULT_API,
+    DEFAULT_ARRIVAL,
+    DEFAULT_BURSTINESS,
+    DEFAULT_PROMPTS_PER_LEVEL,
+    DEFAULT_WARMUP,
+    RANDOM_IDS,
+    LevelCount,
+    Workload,
+    WorkloadSpec,
+    level_count,
+    prompts_at,
+)
 
 STREAMS_PER_CLIENT_PROCESS = 128
 """The default number of client processes gives each at most this many streams in flight (see
@@ -78,6 +99,8 @@ REQUEST_RATE = "inf"
 ``max_concurrency`` requests in flight) is fairbench's closed loop. SGLang writes the float infinity, which
 json.dumps spells ``Infinity``: not JSON. The string "inf" is, and ``float()`` reads it back (as SGLang's
 other string value, "trace", shows, the key is a number or a string already)."""
+DEFAULT_MAX_ERROR_RATE = 0.5
+"""The share of a level's requests that may fail before the level is stopped."""
 
 
 @dataclass(slots=True)
@@ -88,18 +111,19 @@ class SweepSpec:
     workload: WorkloadSpec
     concurrency: list[int]
     """The closed loop's levels; empty for an open loop, whose levels are ``request_rate``."""
-    api: str = "completions"
-    prompts_per_level: str = "10x"
-    warmup: str = "2x"
-    repeats: Repeats = 1
+    api: str = DEFAULT_API
+    prompts_per_level: LevelCount = DEFAULT_PROMPTS_PER_LEVEL
+    """Requests measured per level; given as its spelling (``"10x"``, ``16``), read as one."""
+    warmup: LevelCount = DEFAULT_WARMUP
+    repeats: Repeats = DEFAULT_REPEATS
     """A fixed count, or automatic repeats (``measure.repeats``)."""
     slo: tuple[SloTarget, ...] = ()
     """The objectives each point is judged against (``metrics.slo_metrics``); none: no SLO figures."""
     request_rate: list[float] = field(default_factory=list)
     """The open loop's levels, requests per second (arrivals.py); empty for a closed loop."""
-    arrival: str = "poisson"
-    """The open loop's arrivals: ``poisson`` or ``gamma`` (``arrivals.ARRIVALS``)."""
-    burstiness: float = 1.0
+    arrival: str = DEFAULT_ARRIVAL
+    """The open loop's arrivals: ``poisson`` or ``gamma`` (``workload.ARRIVALS``)."""
+    burstiness: float = DEFAULT_BURSTINESS
     """The gamma arrivals' shape; 1 is Poisson."""
     max_concurrency: int | None = None
     """The open loop's bound on requests in flight: a request due while this many are waits for one."""
@@ -107,12 +131,12 @@ class SweepSpec:
     """With an SLO: after a repeat's listed levels, bisect between its last level meeting the SLO and the
     first that does not until they are at most this many requests of concurrency apart."""
     flush_cache: bool = False
-    max_error_rate: float = 0.5
+    max_error_rate: float = DEFAULT_MAX_ERROR_RATE
     model: str | None = None
     api_key: str | None = field(default=None, repr=False)
     gpus: int | None = None
-    connect_timeout: float = 10.0
-    read_timeout: float = 600.0
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S
+    read_timeout: float = DEFAULT_READ_TIMEOUT_S
     energy: bool = True
     """Sample GPU energy during each point where NVML is available (see energy.py)."""
     energy_gpus: list[int] | None = None
@@ -137,6 +161,10 @@ class SweepSpec:
     server_metrics_interval_s: float = SAMPLE_INTERVAL_S
     """Seconds between two scrapes while a point runs."""
 
+    def __post_init__(self) -> None:
+        self.prompts_per_level = level_count(self.prompts_per_level)
+        self.warmup = level_count(self.warmup)
+
     def settings(self, vocabulary: Vocabulary | None, model: str | None) -> dict[str, Any]:
         """The inputs a resumed sweep must share with the original (see ResultsDir.prepare); ``vocabulary``
         is the one the token ids are drawn from, ``model`` the name the OpenAI APIs were asked for (None for
@@ -147,8 +175,9 @@ class SweepSpec:
             "workload": asdict(self.workload),
             "vocabulary": vocabulary.to_json() if vocabulary else None,
             "concurrency": self.concurrency,
-            "prompts_per_level": self.prompts_per_level,
-            "warmup": self.warmup,
+            # As text, as sweep.json has always held them: a directory swept before resumes.
+            "prompts_per_level": str(self.prompts_per_level),
+            "warmup": str(self.warmup),
             "repeats": repeats_to_json(self.repeats),
             "flush_cache": self.flush_cache,
             "gpus": self.gpus,
@@ -254,7 +283,7 @@ class Sweep:
 
     def todo(self, *, remeasure_failed: bool = False) -> list[tuple[float, int]]:
         """(level, repeat) of each point known to be measured: the listed levels of each repeat that
-        the results directory lacks, and with ``remeasure_failed`` those whose every request failed;
+        the results directory lacks, and with ``remeasure_failed`` those with failed requests;
         repeat-major, so repeats are spread in time. Search probes and automatic repeats come on top,
         decided as the points come in (``next_point``)."""
         done = self.results.completed_ids()
@@ -454,12 +483,17 @@ class Sweep:
         skipped = len(spec.levels()) * len(self.repeats()) - len(todo)
         if skipped:
             self.progress.note(f"resuming: {skipped} point(s) already in {self.results.points_path}")
-        present = self.results.completed_ids()
-        again = [pid for pid in (spec.point_id(level, repeat) for level, repeat in todo) if pid in present]
-        if again:
-            self.progress.note(
-                f"measuring again {len(again)} point(s) that completed no request: {', '.join(again)}"
-            )
+        present = {point["point_id"]: point for point in self.results.points()}
+        again = [
+            present[pid] for pid in (spec.point_id(level, repeat) for level, repeat in todo) if pid in present
+        ]
+        for kind, points in (
+            ("that completed no request", [point for point in again if not point.get("completed")]),
+            ("with failed requests", [point for point in again if point.get("completed")]),
+        ):
+            if points:
+                shown = ", ".join(point["point_id"] for point in points)
+                self.progress.note(f"measuring again {len(points)} point(s) {kind}: {shown}")
 
     async def vocabulary(self, client: StreamClient) -> Vocabulary | None:
         """The ids random prompts may use (None when prompts are text): the user's size, else learned from
@@ -494,8 +528,8 @@ class Sweep:
     ) -> tuple[dict[str, Any], list[RequestRecord]]:
         spec = self.spec
         pid = spec.point_id(level, repeat)
-        count = parse_count(spec.prompts_per_level, level, minimum=MIN_PROMPTS_PER_LEVEL)
-        warmup_count = parse_count(spec.warmup, level)
+        count = prompts_at(spec.prompts_per_level, level)
+        warmup_count = spec.warmup.at(level)
         requests = self.prepare(workload, client.api, level, repeat, count, phase="measure")
         if spec.flush_cache:
             status, body = await client.post("/flush_cache")
@@ -535,7 +569,7 @@ class Sweep:
         window = steady_window(records, in_flight) if closed_loop else None
         server = server_fields(scrapes, window) if scrapes is not None else {}
         energy_fields = point_fields(gpu_energy, int(metrics["total_output_tokens"]))
-        sharegpt = spec.workload.dataset != "random-ids"
+        sharegpt = spec.workload.dataset != RANDOM_IDS
         point: dict[str, Any] = {
             **identity.to_json(),
             "point_id": pid,

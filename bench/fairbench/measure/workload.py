@@ -19,13 +19,29 @@ from pathlib import Path
 from fairbench.measure.bounds import COUNT_FACTOR, REQUESTS
 from fairbench.measure.vocabulary import Vocabulary
 
-APIS = ("completions", "chat", "generate")
+CHAT = "chat"
+"""The API whose prompts are text (its messages' content)."""
+APIS = ("completions", CHAT, "generate")
 """SGLang's generation APIs a workload's requests may go to (``measure.client`` speaks each)."""
+DEFAULT_API = APIS[0]
 RANDOM_IDS = "random-ids"
 """The dataset of random token ids of exact lengths; any other dataset is a ShareGPT-style file."""
+DEFAULT_RANGE_RATIO = 1.0
+"""Exact lengths (``WorkloadSpec.range_ratio``)."""
+DEFAULT_SEED = 1
 MIN_PROMPTS_PER_LEVEL = 16
 """A level sends at least this many prompts, however few ``prompts_per_level`` asks for: fewer give no
 percentile worth reporting."""
+POISSON = "poisson"
+"""Open-loop arrivals with exponential gaps: the gamma process of shape 1, whatever ``burstiness`` says."""
+GAMMA = "gamma"
+"""Gamma-distributed gaps of shape ``burstiness`` and mean 1 / rate: below 1 burstier than poisson, above
+1 more even."""
+ARRIVALS = (POISSON, GAMMA)
+"""How an open loop's requests are spaced (``measure.arrivals``)."""
+DEFAULT_ARRIVAL = POISSON
+DEFAULT_BURSTINESS = 1.0
+"""Gamma's shape that is poisson."""
 
 # Chat prompts must be text. Without a tokenizer, random-ids prompts for chat are
 # built from short common words, about one token each; the server's count is used.
@@ -58,9 +74,9 @@ class WorkloadSpec:
     input_len: int
     output_len: int
     dataset: str = RANDOM_IDS
-    range_ratio: float = 1.0
+    range_ratio: float = DEFAULT_RANGE_RATIO
     """Lengths are drawn uniformly from [max(1, int(len * ratio)), len]; 1.0 means exact."""
-    seed: int = 1
+    seed: int = DEFAULT_SEED
     as_text: bool = False
     """Prompts must be text (the chat API)."""
     vocab_size: int | None = None
@@ -79,7 +95,7 @@ class WorkloadSpec:
     @property
     def sends_token_ids(self) -> bool:
         """Whether prompts are random token ids, which must exist in the served model's vocabulary."""
-        return self.dataset == "random-ids" and not self.as_text
+        return self.dataset == RANDOM_IDS and not self.as_text
 
 
 def _draw_length(rng: random.Random, full: int, ratio: float) -> int:
@@ -131,7 +147,7 @@ class Workload:
 
     def __init__(self, spec: WorkloadSpec, vocabulary: Vocabulary | None = None) -> None:
         self.spec = spec
-        self._texts = None if spec.dataset == "random-ids" else _load_sharegpt(Path(spec.dataset))
+        self._texts = None if spec.dataset == RANDOM_IDS else _load_sharegpt(Path(spec.dataset))
         if spec.sends_token_ids and vocabulary is None:
             raise WorkloadError("random-ids prompts need the served model's vocabulary (none was given)")
         self._ids = array("I", vocabulary.usable_ids() if vocabulary and spec.sends_token_ids else ())
@@ -164,11 +180,46 @@ def times_level(factor: float, level: float) -> int:
     return math.ceil(Fraction(repr(factor)) * Fraction(repr(level)))
 
 
-def parse_count(value: str | int, concurrency: float, *, minimum: int = 0) -> int:
-    """A request count: an integer, or ``Nx`` meaning N times the level rounded up (:func:`times_level`);
-    at least ``minimum``. The level is a concurrency, or a request rate: N seconds of its arrivals.
+@dataclass(frozen=True, slots=True)
+class LevelCount:
+    """Requests per level: ``count``, or ``count`` times the level (``"10x"``), the concurrency or the
+    request rate."""
 
-    Within the bounds of bounds.py, N times the concurrency included: ``infx`` or ``1e9x`` is a typo."""
+    count: int | float
+    """A number of requests, or the factor N of ``Nx`` (an integer where it is one: ``10x``, not
+    ``10.0x``)."""
+    times_concurrency: bool
+    """Whether ``count`` is a factor of the level (the name is older than open loops: the level may be a
+    rate)."""
+
+    def at(self, level: float) -> int:
+        """``count``, or ceil(count x level): at a request rate, N seconds of arrivals. The rate counts as
+        the decimal it is written as (``0.7``, not the float just below it), so ``10x`` of 0.7 req/s is 7
+        requests, not 8."""
+        return times_level(self.count, level) if self.times_concurrency else int(self.count)
+
+    def to_json(self) -> int | str:
+        """The campaign file's spelling, which ``fairbench sweep`` also takes."""
+        return f"{self.count}x" if self.times_concurrency else int(self.count)
+
+    def __str__(self) -> str:
+        return str(self.to_json())
+
+
+DEFAULT_PROMPTS_PER_LEVEL = LevelCount(10, times_concurrency=True)
+DEFAULT_WARMUP = LevelCount(2, times_concurrency=True)
+
+
+def prompts_at(count: LevelCount, level: float) -> int:
+    """The requests measured at a level: ``count`` there, at least ``MIN_PROMPTS_PER_LEVEL``."""
+    return max(count.at(level), MIN_PROMPTS_PER_LEVEL)
+
+
+def level_count(value: LevelCount | str | int) -> LevelCount:
+    """A request count: a LevelCount as it is, else its spelling, an integer or ``Nx`` (N times the level,
+    a decimal), read within the bounds of bounds.py (``infx`` or ``1e9x`` is a typo)."""
+    if isinstance(value, LevelCount):
+        return value
     text = str(value).strip()
     times = text.endswith("x")
     try:
@@ -179,7 +230,14 @@ def parse_count(value: str | int, concurrency: float, *, minimum: int = 0) -> in
         ) from None
     if (problem := (COUNT_FACTOR if times else REQUESTS).problem(number)) is not None:
         raise WorkloadError(f"{value!r}: {'N ' if times else ''}{problem}")
-    count = times_level(number, concurrency) if times else int(number)
+    return LevelCount(int(number) if float(number).is_integer() else number, times_concurrency=times)
+
+
+def parse_count(value: LevelCount | str | int, concurrency: float, *, minimum: int = 0) -> int:
+    """A request count (:func:`level_count`) at a level, at least ``minimum``. The level is a concurrency,
+    or a request rate: N seconds of its arrivals. Within REQUESTS at the level."""
+    count = level_count(value).at(concurrency)
     if (problem := REQUESTS.problem(count)) is not None:
-        raise WorkloadError(f"{value!r} at concurrency {concurrency}: {problem}")
+        shown = str(value) if isinstance(value, LevelCount) else value
+        raise WorkloadError(f"{shown!r} at concurrency {concurrency}: {problem}")
     return max(count, minimum)

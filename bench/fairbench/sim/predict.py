@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import mean
 
+from fairbench.measure.workload import DEFAULT_PROMPTS_PER_LEVEL, prompts_at
 from fairbench.sim.args import SimConfig
 from fairbench.sim.engine import Engine, Scheduler, SimRequest, VirtualClock
 
@@ -71,8 +72,8 @@ class PointPrediction:
 
 
 def prompts_per_point(concurrency: int) -> int:
-    """The campaign default ``prompts_per_level: 10x``, at least 16."""
-    return max(16, 10 * concurrency)
+    """The requests of a point at the sweep's default ``prompts_per_level`` (``10x``, at least 16)."""
+    return prompts_at(DEFAULT_PROMPTS_PER_LEVEL, concurrency)
 
 
 class _ClosedLoop:
