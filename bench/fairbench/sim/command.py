@@ -30,19 +30,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _serve(config: SimConfig) -> int:
-    runner = asyncio.Runner()
-    try:
-        _build_loop(runner)
-        return runner.run(serve_forever(config))
-    finally:
-        runner.close()
-
-
-def _build_loop(runner: asyncio.Runner) -> None:
-    """The runner's event loop, built with Ctrl-C held back: one in the middle leaves half a loop, whose
-    clean-up then fails with a traceback; held until the loop exists, it interrupts as anywhere else."""
+    # Ctrl-C is held back while asyncio.run builds its event loop: one in the middle leaves half a loop,
+    # whose clean-up then fails with a traceback. Released once the loop runs, it interrupts as anywhere else.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        runner.get_loop()
+        return asyncio.run(_serve_released(config))
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+async def _serve_released(config: SimConfig) -> int:
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    return await serve_forever(config)
