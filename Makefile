@@ -31,7 +31,7 @@ lint: $(STAMP)
 lab-test: $(STAMP)
 	$(BIN)/pytest --durations=25 -m lab --junitxml=build/lab-test.xml \
 		tests/lab/test_provision_lab.py tests/lab/test_lab_hosts.py tests/lab/test_campaign_lab.py \
-		tests/lab/test_fleet_lab.py tests/lab/test_collection_lab.py
+		tests/lab/test_fleet_lab.py tests/lab/test_collection_lab.py tests/lab/test_py310_lab.py
 
 # Real SGLang provisioned onto a lab host and run as campaign units; needs a fresh lab (make lab-down lab-up).
 lab-sglang-test: $(STAMP)
