@@ -7,7 +7,6 @@ sweep ends, it ends in one line saying how, after the summary of the points meas
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 from collections.abc import Callable
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from fairbench.cli import interruptible
 from fairbench.cli.main import UsageError
 from fairbench.measure import bounds
 from fairbench.measure.arrivals import ARRIVALS
@@ -448,7 +448,7 @@ def run(args: argparse.Namespace) -> int:
     live = {"auto": None, "bar": True, "lines": False}[args.progress]
     sweep = Sweep(spec, results, Progress(sys.stderr, live=live))
     try:
-        asyncio.run(sweep.run(resume=args.resume, remeasure_failed=args.remeasure_failed))
+        interruptible.run(sweep.run(resume=args.resume, remeasure_failed=args.remeasure_failed))
     except KeyboardInterrupt:
         _show_measured(results)
         raise

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import signal
 
+from fairbench.cli import interruptible
 from fairbench.cli.main import UsageError
 from fairbench.sim.args import ConfigError, SimConfig, add_sglang_arguments, add_sim_arguments, resolve
 from fairbench.sim.predict import format_sweep, predict_sweep
@@ -30,11 +30,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _serve(config: SimConfig) -> int:
-    # Ctrl-C is held back while asyncio.run builds its event loop: one in the middle leaves half a loop,
+    # Ctrl-C is held back while the event loop is built: one in the middle leaves half a loop,
     # whose clean-up then fails with a traceback. Released once the loop runs, it interrupts as anywhere else.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        return asyncio.run(_serve_released(config))
+        return interruptible.run(_serve_released(config))
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
