@@ -599,7 +599,7 @@ def test_hang_after_n_keeps_connections_open_without_tokens_and_fails_the_health
             async with session() as client:
                 assert (await stream(client, f"{sim.url}/generate", body)).events[-1] == "[DONE]"
                 async with client.post(f"{sim.url}/generate", json=body) as hung:
-                    with pytest.raises(TimeoutError):
+                    with pytest.raises(asyncio.TimeoutError):
                         await asyncio.wait_for(hung.content.readline(), timeout=0.5)
                     started = time.perf_counter()
                     health, _ = await get(client, f"{sim.url}/health_generate")

@@ -7,13 +7,17 @@ keeps ``SweepSpec``'s default, written there once.
 
 from __future__ import annotations
 
-from typing import TypedDict, Unpack
+from typing import TYPE_CHECKING, TypedDict
 
 from fairbench.campaign.model import Workload
 from fairbench.measure.results import RunIdentity
 from fairbench.measure.slo import SloTarget
 from fairbench.measure.sweep import SweepSpec
 from fairbench.measure.workload import CHAT, DEFAULT_RANGE_RATIO, WorkloadSpec
+
+if TYPE_CHECKING:
+    # typing's own from Python 3.11; the hosts run 3.10, and annotations are not evaluated.
+    from typing_extensions import Unpack
 
 
 class SweepSettings(TypedDict, total=False):

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import signal
 
+from fairbench.cli import interruptible
 from fairbench.cli.usage import UsageError
 from fairbench.sim.args import ConfigError, SimConfig, add_sglang_arguments, add_sim_arguments, resolve
 from fairbench.sim.predict import format_sweep, predict_sweep
@@ -51,19 +51,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _serve(config: SimConfig) -> int:
-    runner = asyncio.Runner()
-    try:
-        _build_loop(runner)
-        return runner.run(serve_forever(config))
-    finally:
-        runner.close()
-
-
-def _build_loop(runner: asyncio.Runner) -> None:
-    """The runner's event loop, built with Ctrl-C held back: one in the middle leaves half a loop, whose
-    clean-up then fails with a traceback; held until the loop exists, it interrupts as anywhere else."""
+    # Ctrl-C is held back while the event loop is built: one in the middle leaves half a loop,
+    # whose clean-up then fails with a traceback. Released once the loop runs, it interrupts as anywhere else.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        runner.get_loop()
+        return interruptible.run(_serve_released(config))
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+async def _serve_released(config: SimConfig) -> int:
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    return await serve_forever(config)

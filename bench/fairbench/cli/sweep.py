@@ -7,7 +7,6 @@ sweep ends, it ends in one line saying how, after the summary of the points meas
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from urllib.parse import urlsplit
 
 from fairbench.campaign.model import Workload
 from fairbench.campaign.sweep import sweep_spec
+from fairbench.cli import interruptible
 from fairbench.cli.usage import UsageError
 from fairbench.measure import bounds
 from fairbench.measure.bounds import Bound
@@ -521,7 +521,7 @@ def run(args: argparse.Namespace) -> int:
     live = {"auto": None, "bar": True, "lines": False}[args.progress]
     sweep = Sweep(spec, results, Progress(sys.stderr, live=live))
     try:
-        asyncio.run(sweep.run(resume=args.resume, remeasure_failed=args.remeasure_failed))
+        interruptible.run(sweep.run(resume=args.resume, remeasure_failed=args.remeasure_failed))
     except KeyboardInterrupt:
         _show_measured(results)
         raise

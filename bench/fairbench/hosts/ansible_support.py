@@ -23,7 +23,6 @@ from typing import Any
 
 from fairbench import __version__
 from fairbench.campaign.findings import CampaignError
-from fairbench.campaign.model import Workload
 from fairbench.campaign.sweep import sweep_spec
 from fairbench.campaign.workload import workload_from_json
 from fairbench.hosts.gpu import GpuFacts, GpuFactsError, collect

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -425,7 +426,7 @@ class StreamClient:
         try:
             async with self.session.request(method, url, headers=self.headers, timeout=timeout) as response:
                 return response.status, await response.read()
-        except (TimeoutError, aiohttp.ClientError) as exc:
+        except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
             reason = _unreachable_reason(exc, url, self.connect_timeout, answer_timeout)
             raise ServerUnreachable(f"cannot reach {url}: {reason}") from exc
 
@@ -464,7 +465,8 @@ class StreamClient:
         except asyncio.CancelledError:
             if not watched.stalled:
                 raise
-            task.uncancel()  # this cancellation is handled
+            if sys.version_info >= (3, 11):  # 3.10 counts no cancellations: there is none to take back
+                task.uncancel()  # this cancellation is handled
             record.error = f"{STALLED}no data for {self.read_timeout:g} s"
         finally:
             self._in_flight.discard(watched)

@@ -409,11 +409,11 @@ class ConnectionPool:
     async def _connect(self) -> _Connection:
         loop = asyncio.get_running_loop()
         try:
-            async with asyncio.timeout(self.connect_timeout):
-                _, connection = await loop.create_connection(
-                    lambda: _Connection(self), self.host, self.port, ssl=self._ssl
-                )
-        except TimeoutError:
+            _, connection = await asyncio.wait_for(
+                loop.create_connection(lambda: _Connection(self), self.host, self.port, ssl=self._ssl),
+                self.connect_timeout,
+            )
+        except asyncio.TimeoutError:
             raise ClientConnectorError(
                 self.host, self.port, f"no connection within {self.connect_timeout:g} s"
             ) from None

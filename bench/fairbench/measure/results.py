@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
@@ -64,7 +64,7 @@ def run_id_problem(given: str) -> str | None:
 
 def new_run_id() -> str:
     """The id of a run that starts now and was given none."""
-    return datetime.now(UTC).strftime(RUN_ID_TIME)
+    return datetime.now(timezone.utc).strftime(RUN_ID_TIME)
 
 
 class ResultsError(ValueError):

@@ -20,7 +20,7 @@ import secrets
 import time
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from fairbench import __version__
@@ -546,7 +546,7 @@ class Sweep:
                 max_error_rate=None,
             )
             warmup_failed = sum(not record.success for record in warmup.records)
-        started_at = datetime.now(UTC).isoformat(timespec="seconds")
+        started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self.progress.start(pid, count)
         with collector_paused():
             # Clocks start after the collection collector_paused runs (tens to hundreds of ms). The energy

@@ -86,7 +86,7 @@ def builtin_profile_names() -> list[str]:
 def load_profile(name_or_path: str) -> Profile:
     """A built-in profile by name (``generic``), or a profile file by path; every error in one line."""
     if name_or_path in builtin_profile_names():
-        source = resources.files("fairbench.sim").joinpath("profiles", f"{name_or_path}.yaml")
+        source = resources.files("fairbench.sim") / "profiles" / f"{name_or_path}.yaml"
         name, text = name_or_path, source.read_text()
     else:
         name, text = Path(name_or_path).stem, _profile_file_text(name_or_path)

@@ -146,7 +146,7 @@ class Link:
             while True:
                 try:
                     line = await asyncio.wait_for(self._reader.readline(), self._settings.silence_s)
-                except TimeoutError:
+                except asyncio.TimeoutError:
                     return LinkEnd(False, f"no heartbeat for {self._settings.silence_s:g} s")
                 except ConnectionError as exc:
                     return LinkEnd(False, f"connection lost ({exc.strerror or exc})")
@@ -171,10 +171,10 @@ class Link:
 
     async def close(self) -> None:
         """Send what is queued (for at most ``CLOSE_WAIT_S``), then close the connection."""
-        with contextlib.suppress(OSError, TimeoutError):
+        with contextlib.suppress(OSError, asyncio.TimeoutError):
             await asyncio.wait_for(self._writer.drain(), CLOSE_WAIT_S)
         self._writer.close()
-        with contextlib.suppress(OSError, TimeoutError):
+        with contextlib.suppress(OSError, asyncio.TimeoutError):
             await asyncio.wait_for(self._writer.wait_closed(), CLOSE_WAIT_S)
 
 
@@ -266,7 +266,7 @@ class Rendezvous:
         """The node rank a new connection joins as, or None when it is refused (and told why)."""
         try:
             line = await asyncio.wait_for(reader.readline(), self.settings.silence_s)
-        except (TimeoutError, ConnectionError, ValueError):
+        except (asyncio.TimeoutError, ConnectionError, ValueError):
             line = b""
         words = line.decode("ascii", "replace").split()
         if len(words) != 3 or words[0] != JOIN or not all(word.isdigit() for word in words[1:]):
@@ -333,14 +333,14 @@ async def join(settings: NodeSettings) -> Link:
             reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(address.host, address.port), remaining
             )
-        except (OSError, TimeoutError) as exc:
+        except (OSError, asyncio.TimeoutError) as exc:
             problem = _connect_problem(exc)
         else:
             link = Link(reader, writer, settings)
             link.send(f"{JOIN} {settings.node_rank} {settings.nnodes}")
             try:
                 line = await asyncio.wait_for(reader.readline(), max(deadline - loop.time(), JOIN_RETRY_S))
-            except (OSError, TimeoutError, ValueError) as exc:
+            except (OSError, asyncio.TimeoutError, ValueError) as exc:
                 line, problem = b"", _connect_problem(exc)
             else:
                 problem = "the connection closed before rank 0 answered"
@@ -362,7 +362,7 @@ async def join(settings: NodeSettings) -> Link:
 
 
 def _connect_problem(exc: BaseException) -> str:
-    if isinstance(exc, TimeoutError):
+    if isinstance(exc, asyncio.TimeoutError):
         return "timed out"
     if isinstance(exc, OSError):
         return str(exc.strerror or exc)

@@ -219,7 +219,7 @@ class SimServer:
             )
         try:
             await asyncio.wait_for(output, HEALTH_CHECK_TIMEOUT_S)
-        except TimeoutError:
+        except asyncio.TimeoutError:
             exchange.respond(503, content_type=None)
             return
         exchange.respond(200, content_type=None)

@@ -1,0 +1,106 @@
+"""fairbench's venv made from a Python 3.10 (Ubuntu 22.04's) with ``bench_python``, and a campaign on it.
+
+The lab hosts run Debian bookworm's Python 3.11. One of them gets this machine's Python 3.10 (pyenv's
+build, ``FAIRBENCH_LAB_PY310``, by default /root/.pyenv/versions/3.10.13, built on bookworm like the hosts),
+copied to the same path, where its rpath finds its libpython. The campaign's deploy makes fairbench's venv
+from it, and one config of the lab tests' campaign runs there: the host-side modules, ``fairbench sim`` in
+its unit and the sweep all run on 3.10. The host is left as it was found: without that Python and without
+the venv made from it, so that the next deploy makes the venv from the host's python3 again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tarfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from tests.support.lab_hosts import INVENTORY, ansible_env, answering_lab_hosts, tool
+
+pytestmark = pytest.mark.lab
+
+REPO = Path(__file__).resolve().parents[2]
+PY310 = Path(os.environ.get("FAIRBENCH_LAB_PY310", "/root/.pyenv/versions/3.10.13"))
+PY310_BIN = PY310 / "bin" / "python3.10"
+CONFIG = "tp8"
+"""One config of the lab tests' campaign: the point is the Python it runs on, not the campaign."""
+VENV = yaml.safe_load((REPO / "roles/fairbench/defaults/main.yml").read_text())["fairbench_venv_dir"]
+TIMEOUT_S = 600
+
+
+def ansible(host: str, module: str, args: str, tmp_path: Path) -> dict[str, Any]:
+    """One module run on one lab host through Ansible; its result."""
+    tree = tmp_path / f"tree-{time.monotonic_ns()}"
+    argv = [tool("ansible"), "-i", str(INVENTORY), host, "-m", module, "-a", args, "--tree", str(tree)]
+    subprocess.run(
+        argv, capture_output=True, text=True, cwd=REPO, env=ansible_env(), timeout=TIMEOUT_S, check=False
+    )
+    result: dict[str, Any] = json.loads((tree / host).read_text())
+    return result
+
+
+def shell(host: str, command: str, tmp_path: Path) -> dict[str, Any]:
+    return ansible(host, "ansible.builtin.shell", command, tmp_path)
+
+
+def _without_tests(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    """Python's own test suite (70 MB) is not needed to make a venv or run fairbench."""
+    return None if "/lib/python3.10/test/" in f"/{member.name}/" else member
+
+
+@pytest.fixture
+def py310_host(tmp_path: Path) -> Iterator[str]:
+    """A lab host with the Python 3.10 at PY310 and no fairbench venv yet; both removed afterwards."""
+    host = answering_lab_hosts()[0]
+    if not PY310_BIN.is_file():
+        pytest.skip(f"no Python 3.10 at {PY310_BIN} (set FAIRBENCH_LAB_PY310 to a bookworm-built 3.10 tree)")
+    archive = tmp_path / "python3.10.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(PY310, arcname=str(PY310.relative_to("/")), filter=_without_tests)
+    try:
+        copied = ansible(host, "ansible.builtin.unarchive", f"src={archive} dest=/", tmp_path)
+        assert not copied.get("failed"), copied
+        removed = shell(host, f"rm -rf {VENV}", tmp_path)
+        assert removed["rc"] == 0, removed
+        runs = shell(host, f"{PY310_BIN} -c 'import ssl, venv, sys; print(sys.version)'", tmp_path)
+        assert runs["rc"] == 0 and runs["stdout"].startswith("3.10."), runs
+        yield host
+    finally:
+        shell(host, f"rm -rf {VENV} {PY310}", tmp_path)
+
+
+def test_a_campaign_runs_in_a_venv_made_from_python_3_10(py310_host: str, tmp_path: Path) -> None:
+    campaign = yaml.safe_load((REPO / "tests/lab/campaign-short.yml").read_text())
+    campaign["configs"] = {CONFIG: campaign["configs"][CONFIG]}
+    campaign_file = tmp_path / "py310.yml"
+    campaign_file.write_text(yaml.safe_dump(campaign))
+    results_root = tmp_path / "results"
+    run_id = time.strftime("py310-%Y%m%dT%H%M%S", time.gmtime())
+    argv = [tool("ansible-playbook"), "-i", str(INVENTORY), "playbooks/campaign.yml"]
+    # The campaign is loaded on the control node, which a limit must keep.
+    argv += ["--limit", f"{py310_host},localhost", "-e", f"bench_python={PY310_BIN}"]
+    argv += ["-e", f"campaign={campaign_file}", "-e", f"run_id={run_id}"]
+    argv += ["-e", f"bench_results_root={results_root}", "-e", "bench_sweep_poll_s=1"]
+    done = subprocess.run(
+        argv, capture_output=True, text=True, cwd=REPO, env=ansible_env(), timeout=TIMEOUT_S, check=False
+    )
+    assert done.returncode == 0, f"{done.stdout[-4000:]}\n{done.stderr[-2000:]}"
+
+    version = shell(py310_host, f"{VENV}/bin/python -c 'import sys; print(sys.version)'", tmp_path)
+    assert version["rc"] == 0 and version["stdout"].startswith("3.10."), version
+    config_dir = results_root / campaign["name"] / run_id / py310_host / CONFIG
+    assert json.loads((config_dir / "status.json").read_text())["status"] == "ok"
+    # The modules that ran the job ran on 3.10, in fairbench's venv.
+    host_facts = json.loads((config_dir / "host.json").read_text())
+    assert host_facts["python"].startswith("3.10."), host_facts
+    assert host_facts["python_executable"] == f"{VENV}/bin/python", host_facts
+    points = [json.loads(line) for line in (config_dir / "points.jsonl").read_text().splitlines()]
+    assert [point["max_concurrency"] for point in points] == campaign["workload"]["concurrency"]
+    for point in points:
+        assert point["completed"] == point["num_prompts"] > 0, point["point_id"]
