@@ -25,9 +25,6 @@ from fairbench.campaign.sglang_parser import check_campaign, parse_argvs, venv_p
 from fairbench.cli import validate as campaign_cli
 from fairbench.sim.args import flag_table
 
-# One pytest worker runs every test of real SGLang, so that one server start serves them all.
-pytestmark = pytest.mark.xdist_group("real_sglang")
-
 REPO = Path(__file__).resolve().parents[2]
 CAMPAIGNS = sorted((REPO / "campaigns").glob("*.yml"))
 
