@@ -1,4 +1,4 @@
-"""Campaigns over a fleet, on the two lab hosts (tests/lab/lab.sh up 2), through playbooks/campaign_report.yml.
+"""Campaigns over a fleet, on the two lab hosts (tests/lab/lab.sh up 2), through campaign_report.yml.
 
 - A campaign spread over both hosts (tests/lab/campaign-fleet.yml) measures each config once, one of them a
   server over both hosts (``nodes: 2``: a unit on each, rank 0 swept), and its report compares configs,
@@ -53,7 +53,11 @@ def lab_hostvars() -> dict[str, dict[str, Any]]:
 
 
 def run_campaign(
-    campaign: str, results_root: Path, run_id: str, *extra: str, playbook: str = "playbooks/campaign_report.yml"
+    campaign: str,
+    results_root: Path,
+    run_id: str,
+    *extra: str,
+    playbook: str = "playbooks/campaign_report.yml",
 ) -> subprocess.CompletedProcess[str]:
     """The campaign run by ansible-playbook (campaign_report.yml: run and reported; these tests are not about
     provisioning, which site.yml adds), with its results under ``results_root``."""
