@@ -490,6 +490,7 @@ def test_continuous_batching_timing_follows_the_model_and_the_trace_records_send
     assert all(0 <= arrival - send < 10_000_000 for arrival, send in zip(arrivals, sends, strict=True))
 
 
+@pytest.mark.timing  # it holds the simulator's wall-clock step times to its model within 15 ms
 def test_the_k26_profile_keeps_its_modelled_times_in_real_time() -> None:
     """TP8, output 64, four times faster: 32 requests queued while loading, then one at a time.
 
