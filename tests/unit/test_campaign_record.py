@@ -153,6 +153,9 @@ def test_a_new_run_is_recorded_as_ansible_wrote_it(tmp_path: Path) -> None:
     campaign = load_campaign(DEMO).to_json()
     run_dir = tmp_path / "new-run"
     assert check_resume(run_dir, campaign, allow_changed=False, allowed_by=FLAG) == []
+    # Nor is a run whose directory cannot be there: making it says why.
+    (tmp_path / "a-file").write_text("")
+    assert check_resume(tmp_path / "a-file" / "r1", campaign, allow_changed=False, allowed_by=FLAG) == []
     run_dir.mkdir()
     done = record(run_dir, campaign, allow_changed=False, allowed_by=FLAG)
     assert done.changed and done.kept_as is None and done.before is None

@@ -155,7 +155,8 @@ def recorded(run_dir: Path) -> dict[str, Any] | None:
 def _text(path: Path) -> str | None:
     try:
         return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
+        # No run's directory there: a new run (making it will say why it cannot be made).
         return None
     except (OSError, UnicodeDecodeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
