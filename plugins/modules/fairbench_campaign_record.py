@@ -46,8 +46,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 differences:
-  description: Each key path that differs from the recorded campaign, C(path: old -> new); empty for a new
-    run or the same campaign.
+  description: >-
+    Each key path that differs from the recorded campaign, as C(path: old -> new); empty for a new run or
+    the same campaign.
   returned: success
   type: list
   elements: str

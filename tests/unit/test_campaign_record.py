@@ -212,8 +212,8 @@ def test_only_numbered_campaigns_are_earlier_ones_in_their_numbers_order(tmp_pat
 @pytest.mark.parametrize(
     ("content", "why"),
     [
-        (b"{not json", "the campaign the run recorded is not JSON (Expecting property name"),
-        (b"[1, 2]", "the campaign the run recorded is not a JSON object"),
+        (b"{not json", "the campaign the run recorded: not JSON (Expecting property name"),
+        (b"[1, 2]", "the campaign the run recorded: [1, 2] is not a JSON object"),
         (b"\xff\xfe", "cannot read the campaign the run recorded: 'utf-8' codec can't decode"),
     ],
 )

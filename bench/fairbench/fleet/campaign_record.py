@@ -21,6 +21,7 @@ from difflib import SequenceMatcher
 from pathlib import Path
 from typing import Any
 
+from fairbench.measure.json_rules import parse_object
 from fairbench.measure.results import CAMPAIGN_FILE
 
 NOT_COMPARED = frozenset({"source", "warnings", "start_timeout_s"})
@@ -167,12 +168,9 @@ def _parsed(path: Path, text: str | None) -> dict[str, Any] | None:
     if text is None:
         return None
     try:
-        data = json.loads(text)
+        return parse_object(text.encode())
     except ValueError as exc:
-        raise ResumeRefused(f"{path}: the campaign the run recorded is not JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise ResumeRefused(f"{path}: the campaign the run recorded is not a JSON object")
-    return data
+        raise ResumeRefused(f"{path}: the campaign the run recorded: {exc}") from None
 
 
 def check_resume(
