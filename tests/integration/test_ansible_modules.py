@@ -1295,6 +1295,7 @@ def test_a_line_break_in_any_field_adds_no_directive_to_the_unit(tmp_path: Path)
 
 MODULE_ARGS = {
     "fairbench_campaign": {"path": "campaign.yml"},
+    "fairbench_campaign_record": {"run_dir": "/nonexistent", "campaign": {}},
     "fairbench_clean_state": {"port": 9, "user": "nobody"},
     "fairbench_config_run": {
         "url": "http://127.0.0.1:9",
@@ -1315,6 +1316,7 @@ MODULE_ARGS = {
 """Arguments each module accepts, so that it gets as far as its fairbench imports."""
 CONTROL_NODE_MODULES = {
     "fairbench_campaign",
+    "fairbench_campaign_record",
     "fairbench_fleet",
     "fairbench_fleet_job",
     "fairbench_report",
