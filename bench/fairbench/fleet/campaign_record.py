@@ -48,7 +48,8 @@ ABSENT: Any = _Absent()
 @dataclass(frozen=True)
 class Difference:
     path: str
-    """The key path, ``configs.tp8.args.tp-size``; a list element is ``argv[3]``."""
+    """The key path, ``configs.tp8.args.tp-size``; a list's element ``argv[3]``, a run of them
+    ``argv[4:6]``."""
     old: Any
     """The recorded value, or ABSENT."""
     new: Any
