@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 import yaml
 from tests.support.fake_nvidia_smi import write_fake_nvidia_smi
+from tests.support.report_files import replaced
 from tests.support.sse_server import StartServer
 from tests.support.unit_exposure import UNIT_EXPOSURE
 
@@ -723,6 +724,54 @@ def test_fleet_module_refuses_hosts_that_differ_and_writes_no_queue(tmp_path: Pa
     assert json.loads((run_dir / "fleet.json").read_text())["equivalence"]["accepted"][0]["fact"] == "sglang"
 
 
+# --- fairbench_campaign_record ---------------------------------------------------------------------
+
+
+def test_campaign_record_module_refuses_a_changed_resume_unless_allowed_and_keeps_the_recorded_one(
+    tmp_path: Path,
+) -> None:
+    run_dir = tmp_path / "demo" / "r1"
+    first = load_campaign(REPO / "campaigns/demo.yml").to_json()
+    second = replaced(first, "configs.tp8.args.tp-size", 4)
+
+    def task(name: str, campaign: dict[str, Any], **options: Any) -> dict[str, Any]:
+        args = {"run_dir": str(run_dir), "campaign": campaign, **options}
+        return {"name": name, fqcn("fairbench_campaign_record"): args}
+
+    run_dir.mkdir(parents=True)
+    new = run_play(tmp_path, [task("Checked", first, save=False), task("Recorded", first)])
+    assert new["Checked"]["differences"] == [] and new["Checked"]["changed"] is False
+    assert new["Recorded"]["changed"] is True and new["Recorded"]["kept_as"] is None
+    # As to_nice_json wrote it when the role copied it.
+    written = (run_dir / "campaign.json").read_text()
+    assert written == json.dumps(first, indent=4, sort_keys=True) + "\n"
+    tasks = [
+        task("Same", first),
+        task("Refused", second, save=False),
+        task("Not recorded", second),
+        task("Allowed", second, save=False, allow_changed=True),
+    ]
+    resumed = run_play(tmp_path, tasks)
+    assert resumed["Same"]["changed"] is False and resumed["Same"]["differences"] == []
+    for name in ("Refused", "Not recorded"):
+        assert resumed[name]["failed"], resumed[name]
+        assert resumed[name]["msg"].startswith(f"{run_dir}: a resume of this run with another campaign: ")
+        assert "  configs.tp8.args.tp-size: 8 -> 4" in resumed[name]["msg"].splitlines()
+        assert "-e bench_resume_changed=true" in resumed[name]["msg"]
+    assert "configs.tp8.args.tp-size: 8 -> 4" in resumed["Allowed"]["differences"]
+    assert resumed["Allowed"]["changed"] is False and not resumed["Allowed"].get("failed")
+    assert (run_dir / "campaign.json").read_text() == written
+    # Recorded, allowed: in check mode nothing is written; then the recorded campaign is kept.
+    checked = run_play(tmp_path, [task("Recorded", second, allow_changed=True)], "--check", "--diff")
+    assert checked["Recorded"]["changed"] is True
+    assert checked["Recorded"]["kept_as"] == str(run_dir / "campaign.1.json")
+    assert sorted(path.name for path in run_dir.iterdir()) == ["campaign.json"]
+    done = run_play(tmp_path, [task("Recorded", second, allow_changed=True)])["Recorded"]
+    assert done["changed"] is True and done["kept_as"] == str(run_dir / "campaign.1.json")
+    assert (run_dir / "campaign.1.json").read_text() == written
+    assert json.loads((run_dir / "campaign.json").read_text()) == second
+
+
 # --- fairbench_report ------------------------------------------------------------------------------
 
 
@@ -866,11 +915,11 @@ def test_a_failing_nvidia_smi_fails_the_preflight_only_for_gpu_servers(tmp_path:
             run_play(tmp_path, tasks, env=env)
 
 
-def test_the_campaign_stops_before_deploying_when_a_config_needs_more_gpus_than_the_host_has(
-    tmp_path: Path, fake_nvidia_smi: Path
-) -> None:
-    """playbooks/campaign.yml on this machine as host lab1 (2 H200s, faked), in check mode: it changes
-    nothing here even if the preflight let it through. Refused, it stops before the serving role."""
+def _campaign_play_in_check_mode(
+    tmp_path: Path, fake_nvidia_smi: Path, campaign: Path, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """playbooks/campaign.yml of ``campaign`` in check mode, on this machine as host lab1 (the GPUs of
+    ``fake_nvidia_smi``), its results under tmp_path/results; ``args`` for ansible-playbook."""
     inventory = tmp_path / "inventory.yml"
     host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
     inventory.write_text(json.dumps({"all": {"children": {"gpu_hosts": {"hosts": {"lab1": host}}}}}))
@@ -883,14 +932,22 @@ def test_the_campaign_stops_before_deploying_when_a_config_needs_more_gpus_than_
         "bench_host_results_root": str(tmp_path / "host-results"),
     }
     argv = [str(ANSIBLE_PLAYBOOK), "-i", str(inventory), str(REPO / "playbooks/campaign.yml"), "--check"]
-    argv += ["-e", f"campaign={_campaign_file(tmp_path, 'sglang')}", "-e", json.dumps(settings)]
+    argv += ["-e", f"campaign={campaign}", "-e", json.dumps(settings), *args]
     env = {
         **os.environ,
         "PATH": f"{fake_nvidia_smi.parent}:{os.environ['PATH']}",
         "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
         "ANSIBLE_NOCOLOR": "1",
     }
-    done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=env, timeout=600, check=False)
+    return subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=env, timeout=600, check=False)
+
+
+def test_the_campaign_stops_before_deploying_when_a_config_needs_more_gpus_than_the_host_has(
+    tmp_path: Path, fake_nvidia_smi: Path
+) -> None:
+    """playbooks/campaign.yml on this machine as host lab1 (2 H200s, faked), in check mode: it changes
+    nothing here even if the preflight let it through. Refused, it stops before the serving role."""
+    done = _campaign_play_in_check_mode(tmp_path, fake_nvidia_smi, _campaign_file(tmp_path, "sglang"))
     output = done.stdout + done.stderr
     assert done.returncode != 0, output
     # Every offending config at once; tp2 fits, and data-parallel attention adds no GPUs.
@@ -909,6 +966,32 @@ def test_the_campaign_stops_before_deploying_when_a_config_needs_more_gpus_than_
     assert "PLAY [Record the campaign as run]" not in done.stdout
     assert not (tmp_path / "results").exists()
     assert not list(Path("/etc/systemd/system").glob("fairbench-preflight-sglang-*"))
+
+
+# Without tags every play runs, the load play first; these are the two a host could be touched by alone.
+@pytest.mark.parametrize("tags", [["--tags", "deploy"], ["--tags", "run"]], ids=["deploy", "run"])
+def test_a_resume_with_a_changed_campaign_stops_the_campaign_before_any_host_is_touched(
+    tmp_path: Path, fake_nvidia_smi: Path, tags: list[str]
+) -> None:
+    """playbooks/campaign.yml resuming a run whose campaign.json holds another campaign: refused in the
+    load play, whatever the tags, before any play on a host (check mode: were it let through, it would
+    change nothing here)."""
+    campaign = _campaign_file(tmp_path, "sim")
+    recorded = replaced(load_campaign(campaign).to_json(), "workload.concurrency", [1, 2])
+    run_dir = tmp_path / "results" / "preflight-sim" / "r1"
+    run_dir.mkdir(parents=True)
+    (run_dir / "campaign.json").write_text(json.dumps(recorded))
+    done = _campaign_play_in_check_mode(tmp_path, fake_nvidia_smi, campaign, "-e", "run_id=r1", *tags)
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, output
+    assert (
+        f"{run_dir}: a resume of this run with another campaign: 1 key(s) of the expanded campaign differ "
+        "from the run's campaign.json (recorded -> now):\n  workload.concurrency: [1, 2] -> [1]\n"
+    ) in done.stdout, output
+    assert "resume with it on purpose: -e bench_resume_changed=true (" in done.stdout, output
+    assert "PLAY [Deploy fairbench]" not in done.stdout and "PLAY [Run the jobs]" not in done.stdout
+    assert sorted(path.name for path in run_dir.iterdir()) == ["campaign.json"]
+    assert json.loads((run_dir / "campaign.json").read_text()) == recorded
 
 
 # --- fairbench_clean_state --------------------------------------------------------------------------
@@ -1212,6 +1295,7 @@ def test_a_line_break_in_any_field_adds_no_directive_to_the_unit(tmp_path: Path)
 
 MODULE_ARGS = {
     "fairbench_campaign": {"path": "campaign.yml"},
+    "fairbench_campaign_record": {"run_dir": "/nonexistent", "campaign": {}},
     "fairbench_clean_state": {"port": 9, "user": "nobody"},
     "fairbench_config_run": {
         "url": "http://127.0.0.1:9",
@@ -1232,6 +1316,7 @@ MODULE_ARGS = {
 """Arguments each module accepts, so that it gets as far as its fairbench imports."""
 CONTROL_NODE_MODULES = {
     "fairbench_campaign",
+    "fairbench_campaign_record",
     "fairbench_fleet",
     "fairbench_fleet_job",
     "fairbench_report",

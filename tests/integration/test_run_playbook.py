@@ -7,6 +7,7 @@ run's directory is the bench role's ``bench_run_dir``, as Ansible resolves it.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -18,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from fairbench.campaign.load import load_campaign
 
 REPO = Path(__file__).resolve().parents[2]
 CAMPAIGN = REPO / "campaigns" / "demo.yml"
@@ -198,3 +201,28 @@ def test_prompted_secrets_reach_ansible_playbook_and_fairbenchs_run_id_wins(
     code, out = running.end()
     assert code == 0, out
     assert "greeting=from-the-vault run_id=r-vault" in running.log.read_text()
+
+
+def test_a_resume_with_a_changed_campaign_is_refused_before_ansible_playbook_plays(
+    project: Project, start: Start
+) -> None:
+    """The run's directory as Ansible names it (the inventory's bench_results_root) holds another campaign:
+    the run ends naming what differs, and the playbook never starts (no ansible.log)."""
+    run_dir = project.inventory_results / "demo" / "r-changed"
+    run_dir.mkdir(parents=True)
+    recorded = load_campaign(CAMPAIGN).to_json()
+    recorded["configs"]["ep4"]["args"]["ep-size"] = 2
+    (run_dir / "campaign.json").write_text(json.dumps(recorded))
+    project.gate.touch()
+    code, out = start(run_dir).end()
+    assert code == 2, out
+    assert (
+        f"fairbench run: error: {run_dir}: a resume of this run with another campaign: " in out
+        and "  configs.ep4.args.ep-size: 2 -> 4\n" in out
+        and "resume with it on purpose: --allow-changed-campaign (" in out
+    ), out
+    assert sorted(path.name for path in run_dir.iterdir()) == ["campaign.json"]
+    # Allowed, the playbook plays (this project's does not record the campaign: the bench role does).
+    code, out = start(run_dir, "--allow-changed-campaign").end()
+    assert code == 0, out
+    assert "TASK [Through the gate]" in (run_dir / "ansible.log").read_text()

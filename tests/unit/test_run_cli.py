@@ -18,6 +18,7 @@ import pytest
 import yaml
 from ansible_runner.exceptions import ConfigurationError  # type: ignore[import-untyped]
 
+from fairbench.campaign.load import load_campaign
 from fairbench.cli.main import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -124,6 +125,10 @@ def test_without_ansible_runner_the_run_ends_in_one_line(
         (["--limit", ""], "--limit: an empty pattern; leave the option out to run on every host"),
         (["-e", "run_id=r2"], "-e/--extra-var: run_id is set by --run-id"),
         (["-e", "campaign=other.yml"], "-e/--extra-var: campaign is set by the CAMPAIGN argument"),
+        (
+            ["-e", "bench_resume_changed=true"],
+            "-e/--extra-var: bench_resume_changed is set by --allow-changed-campaign",
+        ),
     ],
 )
 def test_a_bad_argument_stops_the_run_before_ansible_in_one_line(
@@ -219,7 +224,11 @@ def test_ansible_playbooks_own_options_reach_it_as_given_with_paths_made_absolut
         "gpu1,localhost",
     )
     # fairbench's own variables: ansible-runner puts them after the command line's, so they win.
-    assert runner.play["extravars"] == {"campaign": os.path.relpath(CAMPAIGN, project), "run_id": "r1"}
+    assert runner.play["extravars"] == {
+        "campaign": os.path.relpath(CAMPAIGN, project),
+        "run_id": "r1",
+        "bench_resume_changed": False,
+    }
     # Asking Ansible for the run's directory takes what reading the variables takes, nothing else.
     assert shlex.split(runner.question["cmdline"]) == [
         *extra,
@@ -373,6 +382,34 @@ def test_ansible_writes_its_log_in_the_run_directory_ansible_names(
     defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text())
     assert fake.role_defaults["all"]["vars"] | defaults == fake.role_defaults["all"]["vars"]
     assert fake.question["inventory"][1:] == [str(project / "hosts.yml")]
+
+
+def test_a_resume_with_a_changed_campaign_is_refused_before_ansible_playbook_starts(
+    project: Path, runner: FakeRunner, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = project / "results" / "demo" / "r1"
+    run_dir.mkdir(parents=True)
+    recorded = load_campaign(CAMPAIGN).to_json()
+    recorded["workload"]["seed"] = 7
+    (run_dir / "campaign.json").write_text(json.dumps(recorded))
+    code, _, err = outcome(project, capsys, "--run-id", "r1")
+    assert code == 2
+    head, difference, advice = err.splitlines()
+    assert head == (
+        f"fairbench run: error: {run_dir}: a resume of this run with another campaign: 1 key(s) of the "
+        "expanded campaign differ from the run's campaign.json (recorded -> now):"
+    )
+    assert difference == "  workload.seed: 7 -> 1"
+    assert "resume with it on purpose: --allow-changed-campaign (" in advice
+    # Only the run's directory was asked for: nothing played, no log begun, campaign.json as it was.
+    assert [call for call in runner.calls if "playbook" in call] == []
+    assert sorted(path.name for path in run_dir.iterdir()) == ["campaign.json"]
+    assert json.loads((run_dir / "campaign.json").read_text()) == recorded
+    # Allowed, the play goes on, told so; the play itself keeps the recorded campaign.
+    code, _, err = outcome(project, capsys, "--run-id", "r1", "--allow-changed-campaign")
+    assert (code, err) == (0, "")
+    assert runner.play["extravars"]["bench_resume_changed"] is True
+    assert json.loads((run_dir / "campaign.json").read_text()) == recorded
 
 
 def test_the_defaults_asked_with_are_the_roles_over_its_dependencies(

@@ -28,9 +28,13 @@ from fairbench.cli import run_dir, run_extra_vars, run_options
 from fairbench.cli.run_display import RunDisplay
 from fairbench.cli.run_prompts import ask_secrets
 from fairbench.cli.usage import UsageError
+from fairbench.fleet.campaign_record import ResumeRefused, check_resume
 from fairbench.measure.results import new_run_id, run_id_problem
 
-RESERVED_VARS = {"campaign": "the CAMPAIGN argument", "run_id": "--run-id"}
+ALLOW_CHANGED = "--allow-changed-campaign"
+RESUME_CHANGED_VAR = "bench_resume_changed"
+"""The bench role's variable ALLOW_CHANGED sets."""
+RESERVED_VARS = {"campaign": "the CAMPAIGN argument", "run_id": "--run-id", RESUME_CHANGED_VAR: ALLOW_CHANGED}
 """Extra variables ``fairbench run`` sets itself, each from its own argument."""
 SITE_PLAYBOOK = Path("playbooks") / "site.yml"
 ANSIBLE_LOG = "ansible.log"
@@ -59,14 +63,17 @@ for the -K, -k, -J and --vault-id LABEL@prompt passwords itself and answers ansi
 with them, and it refuses an option it does not list, by name, rather than leave it to hang (for those,
 e.g. --step or --start-at-task, run ansible-playbook itself). -i, --limit (the control node is always
 added) and the variables campaign and run_id are fairbench's own: an -e that sets campaign or run_id (as
-KEY=VALUE, a mapping or a readable @FILE) is refused, and fairbench's values come last, so an encrypted
-@FILE cannot override them either.
+KEY=VALUE, a mapping or a readable @FILE) is refused, as is one that sets bench_resume_changed
+(--allow-changed-campaign sets it), and fairbench's values come last, so an encrypted @FILE cannot override
+them either.
 
 Ansible's whole output goes to ansible.log in the run's directory as it runs (tail -f it; a resumed run
 appends). That directory is the bench role's bench_run_dir (bench_results_root/CAMPAIGN/RUN_ID), which
 fairbench asks Ansible for first, with this run's inventory, -e and vault options. Ctrl-C stops
 ansible-playbook: the log keeps what ran, and the sweeps already started go on on their hosts; the same
---run-id resumes them. More in docs/running.md.
+--run-id resumes them. A resume whose campaign differs from the one the run recorded (campaign.json in its
+directory) is refused before ansible-playbook starts, naming what differs, unless --allow-changed-campaign.
+More in docs/running.md.
 """
 
 
@@ -83,6 +90,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--run-id", help="the run's name (default: the start time, UTC); an existing run's id resumes it"
+    )
+    parser.add_argument(
+        ALLOW_CHANGED,
+        action="store_true",
+        help="resume --run-id though the campaign differs from the one the run recorded (that one is kept "
+        "as campaign.<n>.json, and the report says the campaign changed); by default such a resume is "
+        "refused before any host is touched",
     )
     parser.add_argument(
         "--playbook",
@@ -146,6 +160,8 @@ def run(args: argparse.Namespace) -> int:
         # As named from the project, where ansible-playbook runs: campaign.json records it so.
         "campaign": os.path.relpath(args.campaign.resolve(), project),
         "run_id": run_id,
+        # The play checks the resume as this run does below, by this flag alone.
+        RESUME_CHANGED_VAR: args.allow_changed_campaign,
     }
     display = RunDisplay(sys.stdout, live=sys.stdout.isatty() if args.live is None else args.live)
     print(f"fairbench run: campaign {campaign.name} ({len(campaign.configs)} configs), run id {run_id}")
@@ -169,6 +185,13 @@ def run(args: argparse.Namespace) -> int:
             return _runtime_error(str(exc))
         except AnsibleRunnerException as exc:
             return _runtime_error(f"ansible-runner: {exc}")
+        try:
+            check_resume(
+                where, campaign.to_json(), allow_changed=args.allow_changed_campaign, allowed_by=ALLOW_CHANGED
+            )
+        except ResumeRefused as exc:
+            print(f"fairbench run: error: {exc}", file=sys.stderr)
+            return 2
         log = _log_in(where)
         if log is not None:
             print(f"ansible's output, as it runs: {log}")

@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from fairbench.campaign.model import PLACEMENTS
+from fairbench.fleet.campaign_record import earlier
 from fairbench.measure.json_rules import (
+    FileReader,
     Rule,
     is_mapping,
     is_positive,
@@ -100,3 +102,17 @@ def load_campaign_file(run_dir: Path) -> dict[str, Any]:
     if errors:
         raise ResultsError(f"{path}: {'; '.join(errors)}")
     return campaign
+
+
+def load_earlier_campaigns(run_dir: Path) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
+    """The campaigns the run ran under before campaign.json's (``campaign.<n>.json``, kept by a resume
+    allowed to change the campaign: fairbench.fleet.campaign_record), oldest first, each as its file's name
+    and content; and the problems of those left out, not a JSON object or unreadable, each naming its file.
+    The report only compares them, so no rule of campaign.json's is asked of them."""
+    files = FileReader(run_dir)
+    found = [
+        (path.name, campaign)
+        for path in earlier(run_dir)
+        if (campaign := files.json_object(path.name)) is not None
+    ]
+    return found, files.problems

@@ -11,12 +11,15 @@ configs of that host only, and with itself on the other hosts in the Hardware se
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from fairbench.campaign.model import SPREAD
+from fairbench.fleet.campaign_record import differences, listed
 from fairbench.measure.repeats import AutoRepeats, repeats_from_json
+from fairbench.measure.results import CAMPAIGN_FILE
 from fairbench.report.blocks import Alert, Block, BulletList, Figure, Heading, Paragraph, Preformatted, Table
 from fairbench.report.checks import checks_blocks
 from fairbench.report.differences import (
@@ -155,6 +158,25 @@ def _file_alerts(runs: Sequence[Run]) -> list[Alert]:
     return alerts
 
 
+def _campaign_change_alerts(run: Run) -> list[Alert]:
+    """The campaign changed during the run (a resume allowed to): each earlier campaign against the next,
+    the last against campaign.json; none when it never changed."""
+    kept = [*run.earlier_campaigns, (CAMPAIGN_FILE, run.campaign)]
+    items = []
+    for (before_name, before), (after_name, after) in itertools.pairwise(kept):
+        found = differences(before, after)
+        if found:
+            items.append(f"`{before_name}` -> `{after_name}`: " + "; ".join(listed(found, indent="")))
+    if not items:
+        return []
+    title = (
+        f"The campaign of run {run.run_id} changed during the run (a resume allowed it): the points measured "
+        "before a change were measured under the campaign before it, and this report shows them under "
+        f"{CAMPAIGN_FILE}'s."
+    )
+    return [Alert("threat", title, items)]
+
+
 def _failures(config: ConfigRun) -> list[tuple[ConfigResult, Job | None]]:
     """Each directory of a config that did not finish, with each of its jobs that failed; a directory
     whose status names no failed job (missing, unreadable, or an older status.json) once, without one."""
@@ -273,6 +295,7 @@ def _first_screen(
     if failed:
         blocks.append(failed)
     blocks += fleet_alerts(run)
+    blocks += _campaign_change_alerts(run)
     blocks += _file_alerts([run])
     if run.campaign.get("warnings"):
         blocks.append(Alert("warning", "The campaign's own warnings:", list(run.campaign["warnings"])))
@@ -847,6 +870,7 @@ def comparison_blocks(
         if failed:
             blocks.append(failed)
         blocks += fleet_alerts(run)
+        blocks += _campaign_change_alerts(run)
     blocks += _file_alerts([run_a, run_b])
     settings = [run.campaign["workload"].get("repeats", 1) for run in (run_a, run_b)]
     if settings[0] == settings[1]:

@@ -20,7 +20,7 @@ from typing import Any
 from fairbench.campaign.model import SPREAD
 from fairbench.measure.results import ResultsError
 from fairbench.measure.results_format import POINTS_FILE, STATUS_FILE
-from fairbench.report.campaign_file import load_campaign_file
+from fairbench.report.campaign_file import load_campaign_file, load_earlier_campaigns
 from fairbench.report.config_files import load_config
 from fairbench.report.fleet_file import Fleet, load_fleet
 from fairbench.report.nccl_file import run_nccl
@@ -41,6 +41,11 @@ class Run:
     (``nccl_file.load_nccl``)."""
     fleet: Fleet | None = None
     """fleet.json; None for a run without one (before campaigns ran over fleets), or one unusable."""
+    earlier_campaigns: tuple[tuple[str, dict[str, Any]], ...] = ()
+    """The campaigns the run ran under before campaign.json's, oldest first, each as its file's name and
+    content (``campaign.<n>.json``: a resume allowed to change the campaign kept them,
+    fairbench.fleet.campaign_record); those that are not a JSON object are left out, and named
+    (``campaign_file.load_earlier_campaigns``)."""
 
     @property
     def run_id(self) -> str:
@@ -114,9 +119,17 @@ def load_run(path: Path) -> Run:
         if spread and name not in ran
     ]
     nccl, nccl_problems = run_nccl(path)
-    if results and (nccl_problems or fleet_problems):
-        # The first screen names the problems of the configs' files; nccl.json and fleet.json lie beside
-        # them.
-        extra = (*nccl_problems, *fleet_problems)
+    earlier_campaigns, earlier_problems = load_earlier_campaigns(path)
+    extra = (*nccl_problems, *fleet_problems, *earlier_problems)
+    if results and extra:
+        # The first screen names the problems of the configs' files; nccl.json, fleet.json and the earlier
+        # campaigns lie beside them.
         results[0] = replace(results[0], problems=(*results[0].problems, *extra))
-    return Run(path=path, campaign=campaign, results=results, nccl=nccl, fleet=fleet)
+    return Run(
+        path=path,
+        campaign=campaign,
+        results=results,
+        nccl=nccl,
+        fleet=fleet,
+        earlier_campaigns=tuple(earlier_campaigns),
+    )
