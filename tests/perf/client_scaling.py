@@ -442,7 +442,9 @@ def main() -> int:
         help="ingest, ttft: at most this many (default: one a core)",
     )
     parser.add_argument(
-        "--build-sglang-venv", action="store_true", help="pip install SGLang's venv if needed"
+        "--build-sglang-venv",
+        action="store_true",
+        help="build SGLang's venv (uv, tests/support/real_sglang.py) if needed",
     )
     args = parser.parse_args()
     parts = args.parts.split(",")
