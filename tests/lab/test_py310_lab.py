@@ -74,7 +74,8 @@ def py310_host(tmp_path: Path) -> Iterator[str]:
     try:
         copied = ansible(host, "ansible.builtin.unarchive", f"src={archive} dest=/", tmp_path)
         assert not copied.get("failed"), copied
-        # The build's rpath names its place on this machine; on the host the linker's cache finds its libpython.
+        # The build's rpath names its place on this machine; on the host the linker's cache finds its
+        # libpython.
         linked = shell(host, f"echo {HOST_PY310}/lib > {LD_CONF} && ldconfig && rm -rf {VENV}", tmp_path)
         assert linked["rc"] == 0, linked
         runs = shell(host, f"{HOST_PY310_BIN} -c 'import ssl, venv, sys; print(sys.version)'", tmp_path)
@@ -133,5 +134,6 @@ def test_a_python_the_server_units_cannot_see_is_refused_before_the_deploy(tmp_p
     status = json.loads((config_dir / "status.json").read_text())
     assert (status["status"], status["stage"]) == ("failed", "deploy"), status
     assert f"bench_python {hidden} on {host} is Python 3." in status["reason"], status
-    assert "outside /home, /root and /run/user (the server units' ProtectHome=yes hides them)" in status["reason"]
+    hidden_dirs = "outside /home, /root and /run/user (the server units' ProtectHome=yes hides them)"
+    assert hidden_dirs in status["reason"], status
     assert not (config_dir / "points.jsonl").exists()
