@@ -926,6 +926,8 @@ def _campaign_play_in_check_mode(
     settings = {
         # The venv the module runs in: this one, which imports fairbench (check mode installs nothing).
         "bench_venv_dir": str(Path(sys.executable).parent.parent),
+        # The Python that venv would be made with: one the server units can see (not under /root).
+        "bench_python": "/usr/bin/python3",
         "bench_wheel_build_dir": str(tmp_path / "wheel"),
         "bench_results_root": str(tmp_path / "results"),
         "bench_host_data_dir": str(tmp_path / "host-data"),
