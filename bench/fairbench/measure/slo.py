@@ -51,11 +51,13 @@ def limit_problem(value: object) -> str | None:
 def parse_target(key: str, limit: object) -> SloTarget:
     """The objective of one ``slo:`` entry; SloError naming the key and the rule it breaks."""
     match = SLO_KEY.fullmatch(key)
+    # A key with a control character is quoted: the message stays one line.
+    shown = key if key.isprintable() else repr(key)
     if match is None:
-        raise SloError(f"{key}: {SLO_KEY_RULE}")
+        raise SloError(f"{shown}: {SLO_KEY_RULE}")
     problem = limit_problem(limit)
     if problem is not None:
-        raise SloError(f"{key}: {problem}, got {limit!r}")
+        raise SloError(f"{shown}: {problem}, got {limit!r}")
     assert isinstance(limit, int | float)
     return SloTarget(match["metric"], int(match["q"]), float(limit))
 
