@@ -5,11 +5,21 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from fairbench.cli import interruptible
+
+
+@pytest.fixture(autouse=True)
+def python_default_ctrl_c() -> Iterator[None]:
+    """Python's own SIGINT handler, as an interactive run has: a test run started in the background
+    inherits SIGINT ignored, under which no Ctrl-C would arrive."""
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, inherited)
 
 
 class CtrlCWhenCollected:
