@@ -65,6 +65,10 @@ TOKENS = Bound(1, 10_000_000, "tokens")
 VOCABULARY = Bound(1, 16_777_216, "token ids")
 """Vocabulary sizes are below 2^18 today; 2^24 leaves room."""
 CONCURRENCY = Bound(1, 100_000, "requests in flight")
+PREFIX_GROUPS = Bound(1, 1_000_000, "groups")
+"""A shared-prefix workload's system prompts: sglang.bench_serving's ``--gsp-num-groups`` (default 64)."""
+PROMPTS_PER_GROUP = Bound(1, 10_000_000, "prompts")
+"""Requests per shared system prompt: at most a level's requests."""
 REQUESTS = Bound(0, 10_000_000, "requests")
 """Prompts or warmup requests at one level, after ``Nx`` is multiplied out."""
 COUNT_FACTOR = Bound(0, 10_000, "times the concurrency", integer=False)

@@ -59,6 +59,9 @@ class StreamCounts:
     server_sent_s: float | None
     """``meta_info.response_sent_to_client_ts`` of the first event (epoch seconds): when SGLang's
     ``/generate`` sent it; None when the stream did not say."""
+    cached_tokens: int | None = None
+    """The prompt tokens the server says came from its prefix cache (:func:`_cached_tokens`); None when
+    the stream did not say."""
 
 
 def _excerpt(text: str) -> str:
@@ -109,6 +112,22 @@ def _generate_count(data: dict[str, Any]) -> EventCount:
     return meta.get("completion_tokens"), meta.get("prompt_tokens"), bool(data.get("text")), True
 
 
+def _cached_tokens(data: dict[str, Any] | None) -> int | None:
+    """The cached prompt tokens a stream's last event reports: ``meta_info.cached_tokens`` on
+    ``/generate`` (always), ``usage.prompt_tokens_details.cached_tokens`` on the OpenAI APIs (only from a
+    server started with ``--enable-cache-report``)."""
+    if data is None:
+        return None
+    meta = data.get("meta_info")
+    if isinstance(meta, dict):
+        value = meta.get("cached_tokens")
+    else:
+        usage = data.get("usage")
+        details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+        value = details.get("cached_tokens") if isinstance(details, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
 def _server_sent_s(data: dict[str, Any]) -> float | None:
     """``meta_info.response_sent_to_client_ts``: SGLang stamps a stream's first event with it (with
     ``--enable-metrics`` its last event repeats the same value); only the first is read."""
@@ -138,6 +157,22 @@ def _unreachable_reason(exc: BaseException, url: str, connect_timeout: float, an
     return f"{type(exc).__name__}: {_excerpt(str(exc))}" if str(exc) else type(exc).__name__
 
 
+def _text(tokens: list[int] | str) -> str:
+    return tokens if isinstance(tokens, str) else " ".join(map(str, tokens))
+
+
+def _whole_input(prompt: Prompt) -> list[int] | str:
+    """The request's input as one prompt: its system prompt, if any, then the rest; text joined as
+    sglang.bench_serving's shared-prefix prompts are, ``f"{system}\n\n{question}"`` (a primer's is the
+    system prompt alone)."""
+    system, rest = prompt.system, prompt.prompt
+    if system is None:
+        return rest
+    if isinstance(system, list) and isinstance(rest, list):
+        return system + rest
+    return f"{_text(system)}\n\n{_text(rest)}" if rest else _text(system)
+
+
 class ApiFormat:
     """Request body and stream reading for one API."""
 
@@ -161,7 +196,7 @@ class ApiFormat:
         if self.name == "generate":
             key = "text" if isinstance(prompt.prompt, str) else "input_ids"
             payload: dict[str, Any] = {
-                key: prompt.prompt,
+                key: _whole_input(prompt),
                 "sampling_params": {
                     "max_new_tokens": prompt.output_len,
                     "temperature": 0.0,
@@ -178,10 +213,9 @@ class ApiFormat:
                 "ignore_eos": True,
             }
             if self.name == CHAT:
-                text = prompt.prompt if isinstance(prompt.prompt, str) else " ".join(map(str, prompt.prompt))
-                payload["messages"] = [{"role": "user", "content": text}]
+                payload["messages"] = [{"role": "user", "content": _text(_whole_input(prompt))}]
             else:
-                payload["prompt"] = prompt.prompt
+                payload["prompt"] = _whole_input(prompt)
             payload["stream"] = True
             payload["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
             payload["rid"] = rid
@@ -216,6 +250,7 @@ class StreamParser:
         self._prompt_len: int | None = None
         self._final_count: int | None = None
         self._first = True
+        self._last: dict[str, Any] | None = None
         self._done = False
         self._pending = b""
 
@@ -241,6 +276,7 @@ class StreamParser:
             if self._first:
                 self._first = False
                 self.server_sent_s = _server_sent_s(message)
+            self._last = message
             total, prompt_tokens, has_text, carries_output = self._count(message)
             if prompt_tokens is not None:
                 self._prompt_len = prompt_tokens
@@ -291,7 +327,12 @@ class StreamParser:
             # Counts came only at the end: the missing tokens belong to the last chunk.
             self.chunk_tokens[-1] += output_len - self._counted
         return StreamCounts(
-            self.chunk_ns, self.chunk_tokens, output_len, self._prompt_len, self.server_sent_s
+            self.chunk_ns,
+            self.chunk_tokens,
+            output_len,
+            self._prompt_len,
+            self.server_sent_s,
+            _cached_tokens(self._last),
         )
 
 
@@ -479,6 +520,7 @@ class StreamClient:
         record.output_len = counts.output_len
         if counts.prompt_len is not None:
             record.prompt_len = counts.prompt_len
+        record.cached_tokens = counts.cached_tokens
         if counts.server_sent_s is not None:
             record.server_sent_ns = round(counts.server_sent_s * 1e9) - self._epoch_offset_ns
         if counts.output_len != prompt.output_len:

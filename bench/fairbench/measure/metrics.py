@@ -395,6 +395,33 @@ def point_metrics(
     return metrics
 
 
+def cache_metrics(
+    records: Sequence[RequestRecord], designed: Mapping[int, int], cache_state: str
+) -> dict[str, str | int | float | None]:
+    """The prompt tokens of a point's ok requests that came from the server's prefix cache, as the server
+    reported them per request and as the workload designed them (``workload.designed_cached_tokens``,
+    ``designed`` by request index), with I = total_input_tokens:
+
+    - cache_state: what the cache held when the point's measurement started (``workload.CACHE_STATES``)
+    - designed_cached_tokens = sum(designed[index]); designed_cached_share = it / I
+    - cached_tokens = sum(cached_tokens) and cached_share = it / I, only when every ok request reported its
+      cached tokens (``RequestRecord.cached_tokens``); null otherwise (an OpenAI API without SGLang's
+      ``--enable-cache-report``): the server's ``/metrics`` counter (``server_cached_tokens``) remains
+    """
+    succeeded = [record for record in records if record.success]
+    total_input = sum(record.prompt_len for record in succeeded)
+    designed_total = sum(designed.get(record.index, 0) for record in succeeded)
+    reported = [record.cached_tokens for record in succeeded]
+    cached = None if None in reported or not reported else sum(value or 0 for value in reported)
+    return {
+        "cache_state": cache_state,
+        "designed_cached_tokens": designed_total,
+        "designed_cached_share": designed_total / total_input if total_input else 0.0,
+        "cached_tokens": cached,
+        "cached_share": None if cached is None else cached / total_input if total_input else 0.0,
+    }
+
+
 def accept_length(server_info: object) -> float | None:
     """sglang.bench_serving's ``accept_length``: the mean number of tokens a speculative decoding step
     accepts, as the server reports it in ``/server_info``: internal_states[0].avg_spec_accept_length (that

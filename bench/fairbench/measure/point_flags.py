@@ -15,8 +15,14 @@ A flag is ``{"flag": NAME, "on": [point keys], "reason": words}``; a point's ``f
   requests``, its KV cache); else the time went outside the server: the client was late sending or
   reading. Without the histograms, the ``num_running_reqs`` gauge's mean over the steady window against
   C, which reads low on real SGLang (refreshed at log points only, and blind to a prefill's requests).
-- ``prefix_reuse``: the server's cached prompt tokens are a larger share of its prompt tokens than the
-  workload allows (``allowed_cache_rate``): prompts were served from another point's prefix cache.
+- ``prefix_reuse``: the share of the point's prompt tokens the server served from its prefix cache is far
+  from the workload's design (``designed_cached_share``, metrics.cache_metrics). Measured per request where
+  the server reported it (``cached_share``), else by its /metrics counters (``server_cached_tokens`` of
+  ``server_prompt_tokens``). Above the design by more than ``allowed_cache_rate`` allows, prompts were
+  served from another point's cache; below it by more than CACHE_RATE_SLACK in a ``primed`` point, whose
+  design is exact, the cache lost the primed prefixes (evicted: too small for them) or never matched them.
+  Other points' designs are an upper bound (requests of a group in flight together all miss), so only
+  the excess is flagged.
 - ``client_bound``: a client process was runnable (running, or waiting for a core) more than
   CLIENT_RUNNABLE_SHARE_MAX of the point, or its event loop woke more than CLIENT_LAG_MEAN_MAX_MS late on
   average: it read its streams late, from its own cost or starved of CPU by other processes.
@@ -26,6 +32,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from fairbench.measure.workload import PRIMED
 
 RUNNING_SHARE_MIN = 0.9
 CLIENT_RUNNABLE_SHARE_MAX = 0.9
@@ -53,12 +61,12 @@ def _flag(name: str, on: list[str], reason: str) -> dict[str, Any]:
     return {"flag": name, "on": on, "reason": reason}
 
 
-def allowed_cache_rate(api: str, mean_prompt_len: float) -> float:
+def allowed_cache_rate(api: str, mean_prompt_len: float, designed_share: float = 0.0) -> float:
     """The cached share of prompt tokens a fairbench workload allows: its prompts are drawn afresh for
-    every point and phase, so nothing but a chat template's CHAT_TEMPLATE_TOKENS is shared, plus
-    CACHE_RATE_SLACK."""
+    every point and phase, so nothing but the designed share (a group's system prompt) and a chat
+    template's CHAT_TEMPLATE_TOKENS is shared, plus CACHE_RATE_SLACK."""
     shared = CHAT_TEMPLATE_TOKENS if api == "chat" else 0
-    return min(1.0, shared / max(mean_prompt_len, 1.0) + CACHE_RATE_SLACK)
+    return min(1.0, designed_share + shared / max(mean_prompt_len, 1.0) + CACHE_RATE_SLACK)
 
 
 def server_flags(point: Mapping[str, Any], *, api: str, closed_loop: bool) -> list[dict[str, Any]]:
@@ -77,21 +85,44 @@ def server_flags(point: Mapping[str, Any], *, api: str, closed_loop: bool) -> li
         )
     if closed_loop and (flag := _running_flag(point)) is not None:
         flags.append(flag)
+    if (flag := _reuse_flag(point, api)) is not None:
+        flags.append(flag)
+    return flags
+
+
+def _measured_reuse(point: Mapping[str, Any]) -> tuple[float, str] | None:
+    """The point's cached share of prompt tokens, and whose count it is; None when nothing counted it."""
+    if point.get("cached_share") is not None:
+        return point["cached_share"], "the server reported for the point's requests"
     cached, prompt = point.get("server_cached_tokens"), point.get("server_prompt_tokens")
     if cached is not None and prompt:
-        completed = max(point["completed"], 1)
-        allowed = allowed_cache_rate(api, point["total_input_tokens"] / completed)
-        if cached / prompt > allowed:
-            flags.append(
-                _flag(
-                    "prefix_reuse",
-                    REUSE_ON,
-                    f"{cached / prompt:.0%} of the server's prompt tokens came from its prefix cache, above "
-                    f"the {allowed:.0%} this workload allows: prompts were served from another point's "
-                    "cache (flush_cache between points avoids it)",
-                )
-            )
-    return flags
+        return cached / prompt, "the server's /metrics counted"
+    return None
+
+
+def _reuse_flag(point: Mapping[str, Any], api: str) -> dict[str, Any] | None:
+    """``prefix_reuse``, or None."""
+    measured = _measured_reuse(point)
+    if measured is None:
+        return None
+    share, counted = measured
+    designed = point.get("designed_cached_share") or 0.0
+    allowed = allowed_cache_rate(api, point["total_input_tokens"] / max(point["completed"], 1), designed)
+    design = f"the {designed:.0%} this workload is designed to reuse" if designed else "none by design"
+    if share > allowed:
+        reason = (
+            f"{share:.0%} of the prompt tokens {counted} came from its prefix cache, above the {allowed:.0%} "
+            f"this workload allows ({design}): prompts were served from another point's cache "
+            "(cache_state flushed starts each point from an empty one)"
+        )
+    elif point.get("cache_state") == PRIMED and share < designed - CACHE_RATE_SLACK:
+        reason = (
+            f"{share:.0%} of the prompt tokens {counted} came from its prefix cache, below {design}: the "
+            "primed system prompts were evicted (a cache too small for them) or not matched"
+        )
+    else:
+        return None
+    return _flag("prefix_reuse", REUSE_ON, reason)
 
 
 def _running_flag(point: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -53,6 +53,11 @@ class RequestRecord:
     machine reads the same clock, so ``chunk_ns[0] - server_sent_ns`` is the way from the server's send
     to the client's read; on another machine it also holds the offset between the two clocks. None when
     the server did not say (the OpenAI APIs never do), and in files written before it existed."""
+    cached_tokens: int | None = None
+    """The prompt tokens the server says it took from its prefix cache (``/generate``'s
+    ``meta_info.cached_tokens``; the OpenAI APIs' ``usage.prompt_tokens_details.cached_tokens``, which
+    SGLang gives only with ``--enable-cache-report``); None when it did not say, and in files written
+    before it existed."""
 
     @property
     def success(self) -> bool:

@@ -145,6 +145,12 @@ def _check_resumable(sweep_path: Path, settings: dict[str, Any]) -> None:
         for key, value in settings.items()
         if key != "model" and previous.get(key) != value
     ]
+    # A setting recorded only where set (cache_state: primed, slo) that this sweep does not set.
+    changed += [
+        f"{key} {value!r} -> unset"
+        for key, value in previous.items()
+        if key not in settings and value is not None
+    ]
     if changed:
         raise ResultsError(f"{sweep_path}: cannot resume with other settings: {'; '.join(changed)}")
 

@@ -48,6 +48,7 @@ from fairbench.measure.load_phase import Phase, PhaseResult, drive
 from fairbench.measure.metrics import (
     NS_PER_MS,
     accept_length,
+    cache_metrics,
     median,
     percentile,
     point_metrics,
@@ -78,10 +79,15 @@ from fairbench.measure.workload import (
     DEFAULT_BURSTINESS,
     DEFAULT_PROMPTS_PER_LEVEL,
     DEFAULT_WARMUP,
+    GENERATED,
+    PRIMED,
     RANDOM_IDS,
+    SHARED_PREFIX,
     LevelCount,
+    Prompt,
     Workload,
     WorkloadSpec,
+    designed_cached_tokens,
     level_count,
     prompts_at,
 )
@@ -99,6 +105,8 @@ REQUEST_RATE = "inf"
 ``max_concurrency`` requests in flight) is fairbench's closed loop. SGLang writes the float infinity, which
 json.dumps spells ``Infinity``: not JSON. The string "inf" is, and ``float()`` reads it back (as SGLang's
 other string value, "trace", shows, the key is a number or a string already)."""
+DATASET_NAMES = {RANDOM_IDS: "random-ids", SHARED_PREFIX: "generated-shared-prefix"}
+"""sglang.bench_serving's ``--dataset-name`` of each dataset fairbench generates (a file is ``sharegpt``)."""
 DEFAULT_MAX_ERROR_RATE = 0.5
 """The share of a level's requests that may fail before the level is stopped."""
 
@@ -130,7 +138,6 @@ class SweepSpec:
     search_resolution: int | None = None
     """With an SLO: after a repeat's listed levels, bisect between its last level meeting the SLO and the
     first that does not until they are at most this many requests of concurrency apart."""
-    flush_cache: bool = False
     max_error_rate: float = DEFAULT_MAX_ERROR_RATE
     model: str | None = None
     api_key: str | None = field(default=None, repr=False)
@@ -172,14 +179,21 @@ class SweepSpec:
         return {
             "api": self.api,
             "model": model,
-            "workload": asdict(self.workload),
+            # A workload's dict as it was before shared prefixes, where it has none; its cache state as
+            # flush_cache was, and named only where it is primed: a directory swept before resumes.
+            "workload": {
+                key: value
+                for key, value in asdict(self.workload).items()
+                if key != "cache_state" and not (key == "shared_prefix" and value is None)
+            },
             "vocabulary": vocabulary.to_json() if vocabulary else None,
             "concurrency": self.concurrency,
             # As text, as sweep.json has always held them: a directory swept before resumes.
             "prompts_per_level": str(self.prompts_per_level),
             "warmup": str(self.warmup),
             "repeats": repeats_to_json(self.repeats),
-            "flush_cache": self.flush_cache,
+            "flush_cache": self.workload.flushes,
+            **({"cache_state": PRIMED} if self.workload.cache_state == PRIMED else {}),
             "gpus": self.gpus,
             # Only where set: a directory swept before these existed resumes with the same settings.
             **({"slo": slo_to_json(self.slo)} if self.slo else {}),
@@ -267,6 +281,12 @@ class Sweep:
     ) -> list[PreparedRequest]:
         tag = level_tag(level, open_loop=self.spec.open_loop)
         prompts = workload.prompts(count, level=tag, repeat=repeat, phase=phase)
+        return self.prepared(prompts, api, level, repeat, phase=phase)
+
+    def prepared(
+        self, prompts: list[Prompt], api: ApiFormat, level: float, repeat: int, *, phase: str
+    ) -> list[PreparedRequest]:
+        """``prompts`` with their request ids and bodies, made before the clock starts."""
         prefix = f"fairbench-{self.run_nonce}-{self.spec.point_id(level, repeat)}-{phase}"
         rids = [f"{prefix}-{prompt.index}" for prompt in prompts]
         return [
@@ -531,7 +551,9 @@ class Sweep:
         count = prompts_at(spec.prompts_per_level, level)
         warmup_count = spec.warmup.at(level)
         requests = self.prepare(workload, client.api, level, repeat, count, phase="measure")
-        if spec.flush_cache:
+        prompts = [request.prompt for request in requests]
+        cache_state = spec.workload.cache_state
+        if spec.workload.flushes:
             status, body = await client.post("/flush_cache")
             if status != 200:
                 self.progress.note(f"{pid}: /flush_cache answered HTTP {status}: {body}")
@@ -546,6 +568,9 @@ class Sweep:
                 max_error_rate=None,
             )
             warmup_failed = sum(not record.success for record in warmup.records)
+        primers_failed = 0
+        if cache_state == PRIMED:
+            primers_failed = await self._prime(client, workload, level, repeat, prompts)
         started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self.progress.start(pid, count)
         with collector_paused():
@@ -569,7 +594,7 @@ class Sweep:
         window = steady_window(records, in_flight) if closed_loop else None
         server = server_fields(scrapes, window) if scrapes is not None else {}
         energy_fields = point_fields(gpu_energy, int(metrics["total_output_tokens"]))
-        sharegpt = spec.workload.dataset != RANDOM_IDS
+        sharegpt = spec.workload.dataset not in GENERATED
         point: dict[str, Any] = {
             **identity.to_json(),
             "point_id": pid,
@@ -578,7 +603,7 @@ class Sweep:
             # sglang.bench_serving's arguments, as it names them in its result line.
             "tag": None,  # its --tag, a label of the user's; fairbench takes none: the identity names the run
             "backend": BACKEND_NAMES[spec.api],
-            "dataset_name": "sharegpt" if sharegpt else "random-ids",
+            "dataset_name": "sharegpt" if sharegpt else DATASET_NAMES[spec.workload.dataset],
             "request_rate": level if spec.open_loop else REQUEST_RATE,
             "max_concurrency": in_flight,
             # Its override of every ShareGPT output length, as fairbench's output_len is; None otherwise.
@@ -594,6 +619,8 @@ class Sweep:
             "num_prompts": count,
             "warmup_requests": warmup_count,
             "warmup_failed": warmup_failed,
+            **cache_metrics(records, designed_cached_tokens(prompts, cache_state), cache_state),
+            **({"primers_failed": primers_failed} if cache_state == PRIMED else {}),
             "stopped_early": measured.stopped_early,
             # With one process, includes the energy sampler thread's CPU (tests/perf/energy_check.py).
             "client_cpu_s": sum(use["cpu_s"] for use in uses),
@@ -619,6 +646,21 @@ class Sweep:
             self.progress.note(f"{pid}: {flag['flag']}: {flag['reason']}")
         return point, records
 
+    async def _prime(
+        self, client: StreamClient, workload: Workload, level: float, repeat: int, prompts: list[Prompt]
+    ) -> int:
+        """Send each group's system prompt of ``prompts`` once, at most the level's requests in flight, so
+        that the cache holds them when the point starts; the primers that failed (each with a note)."""
+        primers = self.prepared(workload.primers(prompts), client.api, level, repeat, phase="prime")
+        pid = self.spec.point_id(level, repeat)
+        self.progress.start(f"{pid} priming", len(primers))
+        phase = Phase(primers, min(self.spec.in_flight(level), len(primers)))
+        primed = await self._run(client, phase)
+        failed = [record for record in primed.records if not record.success]
+        if failed:
+            self.progress.note(f"{pid}: {len(failed)} of {len(primers)} primers failed: {failed[0].error}")
+        return len(failed)
+
     async def _loop(
         self,
         client: StreamClient,
@@ -641,7 +683,10 @@ class Sweep:
                 burstiness=spec.burstiness,
                 seed=int.from_bytes(f"{spec.workload.seed}/{seed}".encode(), "big") % 2**63,
             )
-        phase = Phase(requests, spec.in_flight(level), offsets, max_error_rate)
+        return await self._run(client, Phase(requests, spec.in_flight(level), offsets, max_error_rate))
+
+    async def _run(self, client: StreamClient, phase: Phase) -> PhaseResult:
+        """``phase`` in this process or over the client's worker processes."""
         if self._workers is not None:
             return await self._workers.run(phase, self.progress)
         return await drive(client, phase, on_done=self.progress.request_done)

@@ -1,9 +1,11 @@
-"""Prompts for a sweep point: exact-length random token ids, or a local ShareGPT-style file.
+"""Prompts for a sweep point: exact-length random token ids, a local ShareGPT-style file, or groups of
+prompts that share a system prompt.
 
 Every point gets its own prompts, derived from (seed, phase, concurrency, repeat)
 alone: a campaign is reproducible bit for bit, and no two points (nor a point and
 its warmup) share a prompt, so a server's prefix cache cannot serve one point from
-another's work.
+another's work. Within a shared-prefix point, the requests of a group share their
+system prompt, and only that: the reuse the workload is designed for.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import json
 import math
 import random
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -25,7 +27,28 @@ APIS = ("completions", CHAT, "generate")
 """SGLang's generation APIs a workload's requests may go to (``measure.client`` speaks each)."""
 DEFAULT_API = APIS[0]
 RANDOM_IDS = "random-ids"
-"""The dataset of random token ids of exact lengths; any other dataset is a ShareGPT-style file."""
+"""The dataset of random token ids of exact lengths."""
+SHARED_PREFIX = "shared-prefix"
+"""The dataset of groups of prompts sharing a system prompt (``SharedPrefix``); any other dataset than it and
+``RANDOM_IDS`` is a ShareGPT-style file."""
+GENERATED = (RANDOM_IDS, SHARED_PREFIX)
+"""The datasets fairbench generates, of exact lengths in tokens."""
+GROUPED = "grouped"
+"""A shared-prefix point sends each group's prompts one after another, group after group."""
+SHUFFLED = "shuffled"
+"""A shared-prefix point sends its prompts in an order shuffled from the point's seed."""
+ORDERS = (GROUPED, SHUFFLED)
+FLUSHED = "flushed"
+"""A point starts from an empty prefix cache: ``/flush_cache`` before its warm-up."""
+PRIMED = "primed"
+"""A point starts from a flushed cache that holds its shared prefixes: each group's system prompt is sent
+once (one output token) after the warm-up, before the clock starts."""
+CARRIED = "carried"
+"""A point starts from whatever the previous point and its warm-up left in the cache (nothing of its own
+prompts, which are drawn for it alone)."""
+CACHE_STATES = (FLUSHED, PRIMED, CARRIED)
+"""What a point's prefix cache holds when its measurement starts."""
+DEFAULT_CACHE_STATE = CARRIED
 DEFAULT_RANGE_RATIO = 1.0
 """Exact lengths (``WorkloadSpec.range_ratio``)."""
 DEFAULT_SEED = 1
@@ -62,14 +85,77 @@ class Prompt:
 
     index: int
     prompt: list[int] | str
+    """The request's input after its ``system`` prompt, if it has one."""
     prompt_len: int
-    """Exact for token ids; an estimate for text (the server's count replaces it)."""
+    """The whole input's, system prompt included. Exact for token ids; an estimate for text (the server's
+    count replaces it)."""
     output_len: int
+    system: list[int] | str | None = None
+    """The system prompt the request shares with its group, the start of its input; None: a prompt of its
+    own."""
+    group: int | None = None
+    """The shared-prefix group of the prompt; None outside a shared-prefix workload."""
+
+    @property
+    def shared_len(self) -> int:
+        """The tokens of the system prompt (an estimate for text: one per word)."""
+        if self.system is None:
+            return 0
+        return len(self.system) if isinstance(self.system, list) else len(self.system.split())
+
+    def primer(self) -> Prompt:
+        """A request of the system prompt alone, one output token: after it, the server's prefix cache
+        holds the system prompt for every request of the group."""
+        assert self.system is not None, "only a prompt with a system prompt has a primer"
+        empty: list[int] | str = [] if isinstance(self.system, list) else ""
+        return Prompt(self.index, empty, self.shared_len, 1, self.system, self.group)
+
+
+@dataclass(frozen=True, slots=True)
+class SharedPrefix:
+    """Groups of prompts sharing a system prompt, as sglang.bench_serving's ``generated-shared-prefix``
+    dataset (its ``--gsp-*`` options): ``groups`` system prompts of ``system_prompt_len`` tokens, each
+    followed by questions of ``question_len`` tokens. A point of N requests puts request i in group
+    (i // prompts_per_group) mod groups: with N = groups x prompts_per_group it is sglang's set. Lengths
+    are exact, as ``random-ids``' are; ``order`` is one of ``ORDERS``."""
+
+    groups: int
+    prompts_per_group: int
+    system_prompt_len: int
+    question_len: int
+    order: str = SHUFFLED
+
+    def __post_init__(self) -> None:
+        for name in ("groups", "prompts_per_group", "system_prompt_len", "question_len"):
+            if (value := getattr(self, name)) < 1:
+                raise WorkloadError(f"shared_prefix.{name}: {value} must be a positive integer")
+        if self.order not in ORDERS:
+            raise WorkloadError(f"shared_prefix.order: {self.order!r} is not one of {', '.join(ORDERS)}")
+
+    @property
+    def input_len(self) -> int:
+        return self.system_prompt_len + self.question_len
+
+    def group_of(self, index: int) -> int:
+        return (index // self.prompts_per_group) % self.groups
+
+    def to_json(self) -> dict[str, int | str]:
+        """The campaign file's spelling: ``SHARED_PREFIX_KEYS``."""
+        return {key: getattr(self, key) for key in SHARED_PREFIX_KEYS}
+
+
+DEFAULT_SHARED_PREFIX = SharedPrefix(
+    groups=64, prompts_per_group=16, system_prompt_len=2048, question_len=128
+)
+"""sglang.bench_serving's ``--gsp-*`` defaults, each key's where it is left out."""
+SHARED_PREFIX_KEYS = tuple(field.name for field in fields(SharedPrefix))
+"""A shared-prefix workload's keys, as a campaign file and ``SharedPrefix.to_json`` spell them."""
 
 
 @dataclass(frozen=True, slots=True)
 class WorkloadSpec:
-    """How to build prompts. ``dataset`` is ``random-ids`` or a path to a ShareGPT-style JSON file."""
+    """How to build prompts. ``dataset`` is ``random-ids``, ``shared-prefix`` (with ``shared_prefix``, whose
+    lengths make ``input_len``) or a path to a ShareGPT-style JSON file."""
 
     input_len: int
     output_len: int
@@ -81,8 +167,25 @@ class WorkloadSpec:
     """Prompts must be text (the chat API)."""
     vocab_size: int | None = None
     """Token ids come from ``[0, vocab_size)``; None: from the served model's vocabulary (vocabulary.py)."""
+    shared_prefix: SharedPrefix | None = None
+    """The groups of the ``shared-prefix`` dataset; None for any other."""
+    cache_state: str = DEFAULT_CACHE_STATE
+    """What the prefix cache holds when each point's measurement starts: one of ``CACHE_STATES``."""
 
     def __post_init__(self) -> None:
+        if (self.dataset == SHARED_PREFIX) != (self.shared_prefix is not None):
+            raise WorkloadError(f"shared_prefix: given exactly when the dataset is {SHARED_PREFIX}")
+        if self.shared_prefix is not None and self.input_len != self.shared_prefix.input_len:
+            raise WorkloadError(
+                f"input_len: {self.input_len} must be the shared prefix's system_prompt_len + question_len, "
+                f"{self.shared_prefix.input_len}"
+            )
+        if self.cache_state not in CACHE_STATES:
+            raise WorkloadError(f"cache_state: {self.cache_state!r} is not one of {', '.join(CACHE_STATES)}")
+        if self.cache_state == PRIMED and self.shared_prefix is None:
+            raise WorkloadError(
+                f"cache_state: {PRIMED} primes shared prefixes: the dataset must be {SHARED_PREFIX}"
+            )
         if self.input_len < 1:
             raise WorkloadError(f"input_len: {self.input_len} must be a positive integer")
         if self.output_len < 1:
@@ -95,7 +198,12 @@ class WorkloadSpec:
     @property
     def sends_token_ids(self) -> bool:
         """Whether prompts are random token ids, which must exist in the served model's vocabulary."""
-        return self.dataset == RANDOM_IDS and not self.as_text
+        return self.dataset in GENERATED and not self.as_text
+
+    @property
+    def flushes(self) -> bool:
+        """Whether each point starts with ``/flush_cache``."""
+        return self.cache_state in (FLUSHED, PRIMED)
 
 
 def _draw_length(rng: random.Random, full: int, ratio: float) -> int:
@@ -147,7 +255,7 @@ class Workload:
 
     def __init__(self, spec: WorkloadSpec, vocabulary: Vocabulary | None = None) -> None:
         self.spec = spec
-        self._texts = None if spec.dataset == RANDOM_IDS else _load_sharegpt(Path(spec.dataset))
+        self._texts = None if spec.dataset in GENERATED else _load_sharegpt(Path(spec.dataset))
         if spec.sends_token_ids and vocabulary is None:
             raise WorkloadError("random-ids prompts need the served model's vocabulary (none was given)")
         self._ids = array("I", vocabulary.usable_ids() if vocabulary and spec.sends_token_ids else ())
@@ -158,6 +266,8 @@ class Workload:
         spec = self.spec
         # A string seed is hashed with SHA-512 by random.Random: stable across runs and versions.
         rng = random.Random(f"fairbench/{spec.seed}/{phase}/{level}/r{repeat}")
+        if spec.shared_prefix is not None:
+            return self._shared_prefix_prompts(spec.shared_prefix, count, rng)
         prompts = []
         for index in range(count):
             input_len = _draw_length(rng, spec.input_len, spec.range_ratio)
@@ -172,6 +282,34 @@ class Workload:
                 prompt = _random_ids(rng, input_len, self._ids)
             prompts.append(Prompt(index, prompt, input_len, output_len))
         return prompts
+
+    def _tokens(self, rng: random.Random, length: int) -> list[int] | str:
+        return _random_text(rng, length) if self.spec.as_text else _random_ids(rng, length, self._ids)
+
+    def _shared_prefix_prompts(self, shared: SharedPrefix, count: int, rng: random.Random) -> list[Prompt]:
+        """``count`` prompts in ``shared``'s groups: the groups' system prompts drawn first, then each
+        prompt's question, then (shuffled order) the order; each prompt keeps its index in the point."""
+        groups = min(shared.groups, -(-count // shared.prompts_per_group))
+        systems = [self._tokens(rng, shared.system_prompt_len) for _ in range(groups)]
+        output_len = self.spec.output_len
+        prompts = []
+        for index in range(count):
+            group = shared.group_of(index)
+            question = self._tokens(rng, shared.question_len)
+            prompts.append(Prompt(index, question, shared.input_len, output_len, systems[group], group))
+        if shared.order == SHUFFLED:
+            rng.shuffle(prompts)
+            prompts = [replace(prompt, index=index) for index, prompt in enumerate(prompts)]
+        return prompts
+
+    def primers(self, prompts: list[Prompt]) -> list[Prompt]:
+        """One request per group of ``prompts`` (its system prompt alone), in the order the groups first
+        appear: what ``cache_state: primed`` sends before a point's clock starts."""
+        firsts: dict[int, Prompt] = {}
+        for prompt in prompts:
+            if prompt.group is not None and prompt.group not in firsts:
+                firsts[prompt.group] = prompt
+        return [prompt.primer() for prompt in firsts.values()]
 
 
 def times_level(factor: float, level: float) -> int:
@@ -241,3 +379,19 @@ def parse_count(value: LevelCount | str | int, concurrency: float, *, minimum: i
         shown = str(value) if isinstance(value, LevelCount) else value
         raise WorkloadError(f"{shown!r} at concurrency {concurrency}: {problem}")
     return max(count, minimum)
+
+
+def designed_cached_tokens(prompts: list[Prompt], cache_state: str) -> dict[int, int]:
+    """Each prompt's cached tokens by design, by index, with ``prompts`` in the order they are sent: its
+    system prompt where the cache holds it when the prompt arrives. Primed, every prompt's; flushed or
+    carried, every prompt's but the first of its group (the point's prefixes are its own, so nothing else
+    cached matches them): an upper bound there, as requests of a group in flight together all miss
+    (a prefix is cached once its prefill is done)."""
+    seen: set[int] = set()
+    designed = {}
+    for prompt in prompts:
+        hit = cache_state == PRIMED or prompt.group in seen
+        designed[prompt.index] = prompt.shared_len if hit else 0
+        if prompt.group is not None:
+            seen.add(prompt.group)
+    return designed
