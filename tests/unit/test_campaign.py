@@ -128,9 +128,9 @@ RULES = [
     ),
     pytest.param(
         changed(("workload.input_length", 8)),
-        "workload.input_length: unknown key; expected one of api, dataset, input_len, output_len, "
-        "concurrency, request_rate, arrival, burstiness, max_concurrency, prompts_per_level, warmup, "
-        "repeats, search_resolution, seed, vocab_size (did you mean 'input_len'?)",
+        "workload.input_length: unknown key; expected one of api, dataset, shared_prefix, input_len, "
+        "output_len, cache_state, concurrency, request_rate, arrival, burstiness, max_concurrency, "
+        "prompts_per_level, warmup, repeats, search_resolution, seed, vocab_size (did you mean 'input_len'?)",
         id="unknown-workload-key",
     ),
     pytest.param(
@@ -172,8 +172,8 @@ RULES = [
     ),
     pytest.param(
         changed(("workload.dataset", "sharegpt")),
-        "workload.dataset: must be random-ids or the path of a local ShareGPT-style .json file, "
-        "got 'sharegpt'",
+        "workload.dataset: must be random-ids, shared-prefix or the path of a local ShareGPT-style .json "
+        "file, got 'sharegpt'",
         id="dataset-name",
     ),
     pytest.param(
@@ -533,8 +533,94 @@ def test_a_dataset_path_is_resolved_from_the_campaign_folder(tmp_path: Path) -> 
 def test_a_missing_dataset_file_is_an_error(tmp_path: Path) -> None:
     messages = errors_of(changed(("workload.dataset", "missing.json")), base_dir=tmp_path)
     assert messages == [
-        f"{SOURCE}: workload.dataset: must be random-ids or the path of a local ShareGPT-style .json file: "
-        f"{str(tmp_path / 'missing.json')!r} is not a file"
+        f"{SOURCE}: workload.dataset: must be random-ids, shared-prefix or the path of a local "
+        f"ShareGPT-style .json file: {str(tmp_path / 'missing.json')!r} is not a file"
+    ]
+
+
+SHARED = (("workload.dataset", "shared-prefix"), ("workload.input_len", DELETE))
+
+
+def test_a_shared_prefix_workload_takes_its_input_length_from_its_groups_and_round_trips() -> None:
+    groups = {"groups": 4, "prompts_per_group": 8, "system_prompt_len": 1000, "question_len": 24}
+    campaign = parse(changed(*SHARED, ("workload.shared_prefix", groups), ("workload.cache_state", "primed")))
+    workload = campaign.workload
+    assert workload.input_len == 1024 and workload.cache_state == "primed"
+    assert workload.shared_prefix is not None and workload.shared_prefix.order == "shuffled"
+    recorded = workload.to_json()
+    assert recorded["shared_prefix"] == {**groups, "order": "shuffled"} and recorded["input_len"] == 1024
+    assert workload_from_json(recorded, "campaign.json") == workload
+
+
+def test_a_shared_prefix_workload_without_its_groups_has_sglangs_defaults() -> None:
+    workload = parse(changed(*SHARED)).workload
+    assert workload.shared_prefix is not None
+    assert (workload.shared_prefix.groups, workload.shared_prefix.prompts_per_group) == (64, 16)
+    assert workload.input_len == 2048 + 128
+
+
+def test_a_workload_without_shared_prefixes_records_neither_new_key() -> None:
+    recorded = parse(VALID).workload.to_json()
+    assert "shared_prefix" not in recorded and "cache_state" not in recorded
+    assert parse(changed(("workload.cache_state", "flushed"))).workload.to_json()["cache_state"] == "flushed"
+
+
+@pytest.mark.parametrize(
+    ("edits", "message"),
+    [
+        (
+            (("workload.dataset", "shared-prefix"), ("workload.shared_prefix", {"question_len": 24})),
+            "workload.input_len: 1024 is not shared_prefix's system_prompt_len + question_len, 2072: "
+            "leave it out",
+        ),
+        (
+            (("workload.shared_prefix", {"groups": 2}),),
+            "workload.shared_prefix: describes the shared-prefix dataset's groups: set dataset: "
+            "shared-prefix, or leave it out",
+        ),
+        (
+            (("workload.cache_state", "primed"),),
+            "workload.cache_state: primed sends each group's system prompt before a point: only dataset "
+            "shared-prefix has them (flushed starts every point from an empty cache)",
+        ),
+        (
+            (*SHARED, ("workload.shared_prefix", {"groups": 0, "order": "sorted", "prefix": 1})),
+            "workload.shared_prefix.prefix: unknown key; expected one of groups, prompts_per_group, "
+            "system_prompt_len, question_len, order",
+        ),
+        (
+            (*SHARED, ("workload.shared_prefix", {"system_prompt_len": 10_000_000})),
+            "workload.shared_prefix: system_prompt_len + question_len must be an integer from 1 to "
+            "10,000,000 tokens, got 10000128",
+        ),
+        (
+            (("workload.cache_state", "warm"),),
+            "workload.cache_state: must be one of flushed, primed, carried, got 'warm'",
+        ),
+    ],
+    ids=[
+        "input-len-contradicts",
+        "groups-without-dataset",
+        "primed-without-groups",
+        "groups-keys",
+        "sum-too-long",
+        "cache-state-choice",
+    ],
+)
+def test_a_shared_prefix_or_cache_state_that_breaks_a_rule_is_named(
+    edits: tuple[tuple[str, Any], ...], message: str
+) -> None:
+    assert f"{SOURCE}: {message}" in errors_of(changed(*edits))
+
+
+def test_shared_prefix_counts_out_of_range_are_each_named() -> None:
+    groups = {"groups": 0, "prompts_per_group": 10_000_001, "order": "sorted"}
+    messages = errors_of(changed(*SHARED, ("workload.shared_prefix", groups)))
+    assert messages == [
+        f"{SOURCE}: workload.shared_prefix.groups: must be an integer from 1 to 1,000,000 groups, got 0",
+        f"{SOURCE}: workload.shared_prefix.prompts_per_group: must be an integer from 1 to 10,000,000 "
+        "prompts, got 10000001",
+        f"{SOURCE}: workload.shared_prefix.order: must be one of grouped, shuffled, got 'sorted'",
     ]
 
 

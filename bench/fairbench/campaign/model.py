@@ -38,9 +38,19 @@ The settings sections, in ``common`` and in a config:
 The workload's keys:
 
 - ``api``: ``completions`` (token-id prompts), ``chat`` (text) or ``generate`` (SGLang's native API).
-- ``dataset``: ``random-ids``, or the path of a local ShareGPT-style ``.json`` file, relative to the
-  campaign file's directory.
-- ``input_len``, ``output_len``: each request's exact prompt and output lengths in tokens.
+- ``dataset``: ``random-ids``, ``shared-prefix``, or the path of a local ShareGPT-style ``.json`` file,
+  relative to the campaign file's directory.
+- ``shared_prefix`` (with ``dataset: shared-prefix`` only): groups of requests sharing
+  a system prompt, sglang.bench_serving's generated-shared-prefix options (``measure.workload.SharedPrefix``):
+  ``groups``, ``prompts_per_group``, ``system_prompt_len``, ``question_len`` (tokens, exact), and ``order``,
+  ``shuffled`` or ``grouped``; each absent, sglang's default (``DEFAULT_SHARED_PREFIX``: 64 groups of 16,
+  2048 and 128 tokens, shuffled).
+- ``input_len``, ``output_len``: each request's exact prompt and output lengths in tokens. A shared-prefix
+  workload's ``input_len`` is its system prompt's and question's lengths together: left out, or that sum.
+- ``cache_state``: what the server's prefix cache holds when each point's measurement starts
+  (``measure.workload.CACHE_STATES``): ``carried`` (the default: what the previous point left), ``flushed``
+  (``/flush_cache`` before the warm-up) or ``primed`` (flushed, then each group's system prompt sent once;
+  shared-prefix workloads only).
 - The load, exactly one of:
 
   - ``concurrency``: a closed loop's levels, a non-empty list of distinct positive integers: C requests in
@@ -76,7 +86,14 @@ from typing import Any, TypeGuard
 from fairbench.measure.bounds import GPUS, Bound
 from fairbench.measure.repeats import Repeats, repeats_to_json
 from fairbench.measure.slo import SloTarget, slo_to_json
-from fairbench.measure.workload import DEFAULT_ARRIVAL, DEFAULT_BURSTINESS, LevelCount, prompts_at
+from fairbench.measure.workload import (
+    DEFAULT_ARRIVAL,
+    DEFAULT_BURSTINESS,
+    DEFAULT_CACHE_STATE,
+    LevelCount,
+    SharedPrefix,
+    prompts_at,
+)
 
 ENGINES = ("sglang", "sim")
 DATASET_SUFFIX = ".json"
@@ -102,7 +119,8 @@ TOP_REQUIRED = ("name", "engine", "model", "configs", "workload")
 TOP_KEYS = (*TOP_REQUIRED, "common", "start_timeout_s", "placement", "accept_host_differences", "slo")
 CONFIG_KEYS = ("extends", *SECTIONS, "unset", *SCHEDULING_KEYS)
 WORKLOAD_REQUIRED = ("api", "dataset", "input_len", "output_len", "prompts_per_level", "warmup")
-"""Required always; the load is also required: ``concurrency`` or ``request_rate`` (``LOADS``)."""
+"""Required always (``input_len`` but where ``shared_prefix`` makes it); the load is also required:
+``concurrency`` or ``request_rate`` (``LOADS``)."""
 OPEN_LOOP_KEYS = ("request_rate", "arrival", "burstiness", "max_concurrency")
 """An open loop's keys: ``request_rate`` is its levels, the others how requests arrive and how many may be
 in flight. None of them has a meaning beside ``concurrency``."""
@@ -111,8 +129,10 @@ LOADS = ("concurrency", "request_rate")
 WORKLOAD_KEYS = (
     "api",
     "dataset",
+    "shared_prefix",
     "input_len",
     "output_len",
+    "cache_state",
     "concurrency",
     *OPEN_LOOP_KEYS,
     "prompts_per_level",
@@ -171,7 +191,7 @@ class Workload:
 
     api: str
     dataset: str
-    """``random-ids``, or the absolute path of a local ShareGPT-style JSON file."""
+    """``random-ids``, ``shared-prefix``, or the absolute path of a local ShareGPT-style JSON file."""
     input_len: int
     output_len: int
     concurrency: tuple[int, ...]
@@ -194,6 +214,10 @@ class Workload:
     search_resolution: int | None = None
     """After the listed concurrency levels, bisect for the highest meeting the SLO until the last that met
     it and the first that did not are at most this far apart; None: no search."""
+    shared_prefix: SharedPrefix | None = None
+    """The groups of a ``shared-prefix`` dataset; None for any other."""
+    cache_state: str = DEFAULT_CACHE_STATE
+    """What the prefix cache holds when a point's measurement starts (``measure.workload.CACHE_STATES``)."""
 
     @property
     def open_loop(self) -> bool:
@@ -228,8 +252,10 @@ class Workload:
         return {
             "api": self.api,
             "dataset": self.dataset,
+            **({} if self.shared_prefix is None else {"shared_prefix": self.shared_prefix.to_json()}),
             "input_len": self.input_len,
             "output_len": self.output_len,
+            **({} if self.cache_state == DEFAULT_CACHE_STATE else {"cache_state": self.cache_state}),
             **load,
             "prompts_per_level": self.prompts_per_level.to_json(),
             "warmup": self.warmup.to_json(),

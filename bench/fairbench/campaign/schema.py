@@ -60,6 +60,8 @@ from fairbench.measure.bounds import (
     CONCURRENCY,
     HALF_WIDTH_PCT,
     NODES,
+    PREFIX_GROUPS,
+    PROMPTS_PER_GROUP,
     REPEATS,
     REQUEST_RATE,
     REQUESTS,
@@ -69,7 +71,20 @@ from fairbench.measure.bounds import (
 )
 from fairbench.measure.repeats import AUTO, AutoRepeats
 from fairbench.measure.slo import SLO_KEY, SLO_KEY_RULE, SLO_LIMIT_RULE
-from fairbench.measure.workload import APIS, ARRIVALS, DEFAULT_ARRIVAL, DEFAULT_BURSTINESS, RANDOM_IDS
+from fairbench.measure.workload import (
+    APIS,
+    ARRIVALS,
+    CACHE_STATES,
+    DEFAULT_ARRIVAL,
+    DEFAULT_BURSTINESS,
+    DEFAULT_CACHE_STATE,
+    DEFAULT_SHARED_PREFIX,
+    ORDERS,
+    PRIMED,
+    RANDOM_IDS,
+    SHARED_PREFIX,
+    SHARED_PREFIX_KEYS,
+)
 from fairbench.sim.args import VALUED_ACTIONS, sglang_version
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
@@ -254,12 +269,21 @@ def _workload() -> Schema:
     schemas: dict[str, Schema] = {
         "api": {"description": "The API every request goes to.", "enum": list(APIS)},
         "dataset": {
-            "description": f"{RANDOM_IDS}, or the path of a local ShareGPT-style {DATASET_SUFFIX} file, "
-            "relative to the campaign file's directory.",
+            "description": f"{RANDOM_IDS}, {SHARED_PREFIX} (with shared_prefix), or the path of a local "
+            f"ShareGPT-style {DATASET_SUFFIX} file, relative to the campaign file's directory.",
             "anyOf": [
                 {"const": RANDOM_IDS},
+                {"const": SHARED_PREFIX},
                 {"type": "string", "pattern": re.escape(DATASET_SUFFIX) + "$"},
             ],
+        },
+        "shared_prefix": _shared_prefix(),
+        "cache_state": {
+            "description": "What the prefix cache holds when each point's measurement starts: carried (what "
+            "the previous point left), flushed (/flush_cache before its warmup), primed (flushed, then each "
+            f"group's system prompt sent once; {SHARED_PREFIX} only).",
+            "enum": list(CACHE_STATES),
+            "default": DEFAULT_CACHE_STATE,
         },
         "concurrency": {
             "description": "A closed loop's levels, requests in flight, each measured in turn.",
@@ -305,14 +329,58 @@ def _workload() -> Schema:
         "or of request rate.",
         "type": "object",
         "properties": _properties(WORKLOAD_KEYS, schemas),
-        "required": list(WORKLOAD_REQUIRED),
+        "required": [key for key in WORKLOAD_REQUIRED if key != "input_len"],
         "oneOf": [{"required": [load]} for load in LOADS],
+        # A shared-prefix workload's input_len follows from its lengths; only it has groups to prime.
+        "if": {"properties": {"dataset": {"const": SHARED_PREFIX}}, "required": ["dataset"]},
+        "else": {
+            "required": ["input_len"],
+            "properties": {"shared_prefix": False, "cache_state": {"not": {"const": PRIMED}}},
+        },
         "dependentRequired": {"request_rate": ["max_concurrency"]},
         "dependentSchemas": {
             # Both loads at once are oneOf's to refuse; the other open-loop keys are refused by name.
             "concurrency": {"properties": {key: False for key in OPEN_LOOP_KEYS if key not in LOADS}},
             "request_rate": {"properties": {"search_resolution": False}},
         },
+        "additionalProperties": False,
+    }
+
+
+def _shared_prefix() -> Schema:
+    default = DEFAULT_SHARED_PREFIX
+    schemas: dict[str, Schema] = {
+        "groups": {
+            **_bounded(PREFIX_GROUPS),
+            "description": "System prompts, each shared by a group of requests.",
+            "default": default.groups,
+        },
+        "prompts_per_group": {
+            **_bounded(PROMPTS_PER_GROUP),
+            "description": "Requests per system prompt.",
+            "default": default.prompts_per_group,
+        },
+        "system_prompt_len": {
+            **_bounded(BOUNDS["input_len"]),
+            "description": "Tokens of each system prompt.",
+            "default": default.system_prompt_len,
+        },
+        "question_len": {
+            **_bounded(BOUNDS["input_len"]),
+            "description": "Tokens of each request's question, after its system prompt.",
+            "default": default.question_len,
+        },
+        "order": {
+            "description": "shuffled (from the seed) or grouped (each group's requests together).",
+            "enum": list(ORDERS),
+            "default": default.order,
+        },
+    }
+    return {
+        "description": f"The {SHARED_PREFIX} dataset's groups, as sglang.bench_serving's "
+        "generated-shared-prefix.",
+        "type": "object",
+        "properties": _properties(SHARED_PREFIX_KEYS, schemas),
         "additionalProperties": False,
     }
 

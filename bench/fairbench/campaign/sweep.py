@@ -32,7 +32,6 @@ class SweepSettings(TypedDict, total=False):
     extend_repeats: bool
     slo: tuple[SloTarget, ...]
     client_processes: int | None
-    flush_cache: bool
     max_error_rate: float
     connect_timeout: float
     read_timeout: float
@@ -61,6 +60,8 @@ def sweep_spec(
             seed=workload.seed,
             as_text=workload.api == CHAT,
             vocab_size=workload.vocab_size,
+            shared_prefix=workload.shared_prefix,
+            cache_state=workload.cache_state,
         ),
         concurrency=list(workload.concurrency),
         request_rate=list(workload.request_rate),

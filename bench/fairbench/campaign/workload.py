@@ -8,7 +8,11 @@ repeats. A request count is ``N`` (at least ``LEAST_REQUESTS``) or ``Nx``, N tim
 and either way stays within ``REQUESTS`` at the largest level. ``repeats`` is a count, ``auto``, or a
 mapping of any of ``AUTO_REPEATS_KEYS`` (the others ``AutoRepeats``' defaults). ``search_resolution``
 bisects over concurrency levels only; that it needs an SLO is a rule across keys (``rules.check_search``).
-``repeats`` and ``seed`` default to 1 (``STAND_IN_WORKLOAD``).
+``repeats`` and ``seed`` default to 1 (``STAND_IN_WORKLOAD``). ``shared_prefix`` belongs to
+``dataset: shared-prefix`` alone, each key absent sglang's default (``DEFAULT_SHARED_PREFIX``), its counts
+within ``PREFIX_GROUPS`` and ``PROMPTS_PER_GROUP``, its lengths within ``TOKENS`` and so is their sum,
+which ``input_len`` is. ``cache_state: primed`` primes shared
+prefixes: a shared-prefix dataset's alone.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from fairbench.measure.bounds import (
     CONCURRENCY,
     COUNT_FACTOR,
     HALF_WIDTH_PCT,
+    PREFIX_GROUPS,
+    PROMPTS_PER_GROUP,
     REPEATS,
     REQUEST_RATE,
     REQUESTS,
@@ -50,13 +56,21 @@ from fairbench.measure.repeats import AUTO, DEFAULT_REPEATS, AutoRepeats, Repeat
 from fairbench.measure.workload import (
     APIS,
     ARRIVALS,
+    CACHE_STATES,
     DEFAULT_API,
     DEFAULT_ARRIVAL,
     DEFAULT_BURSTINESS,
+    DEFAULT_CACHE_STATE,
     DEFAULT_SEED,
+    DEFAULT_SHARED_PREFIX,
+    ORDERS,
     POISSON,
+    PRIMED,
     RANDOM_IDS,
+    SHARED_PREFIX,
+    SHARED_PREFIX_KEYS,
     LevelCount,
+    SharedPrefix,
 )
 
 TIMES_CONCURRENCY = re.compile(r"([1-9][0-9]{0,99})x")
@@ -78,9 +92,12 @@ AUTO_REPEATS_KEYS = ("min", "max", "half_width_pct")
 
 def _dataset(base_dir: Path) -> Callable[[Findings, str, object], str]:
     def check(findings: Findings, path: str, value: object) -> str:
-        if value == RANDOM_IDS:
-            return RANDOM_IDS
-        rule = f"must be {RANDOM_IDS} or the path of a local ShareGPT-style {DATASET_SUFFIX} file"
+        if value in (RANDOM_IDS, SHARED_PREFIX):
+            return str(value)
+        rule = (
+            f"must be {RANDOM_IDS}, {SHARED_PREFIX} or the path of a local ShareGPT-style {DATASET_SUFFIX} "
+            "file"
+        )
         if not isinstance(value, str) or not value.endswith(DATASET_SUFFIX):
             findings.error(path, f"{rule}, got {describe(value)}")
             return RANDOM_IDS
@@ -94,6 +111,61 @@ def _dataset(base_dir: Path) -> Callable[[Findings, str, object], str]:
         return str(file.absolute())
 
     return check
+
+
+def _shared_prefix(findings: Findings, path: str, value: object) -> SharedPrefix:
+    """The groups of a shared-prefix dataset, each key of ``SHARED_PREFIX_KEYS`` absent its default."""
+    fields = mapping(findings, path, value, SHARED_PREFIX_KEYS)
+    default = DEFAULT_SHARED_PREFIX
+    shared = SharedPrefix(
+        groups=fields.get("groups", bounded(PREFIX_GROUPS), default.groups),
+        prompts_per_group=fields.get(
+            "prompts_per_group", bounded(PROMPTS_PER_GROUP), default.prompts_per_group
+        ),
+        system_prompt_len=fields.get("system_prompt_len", bounded(TOKENS), default.system_prompt_len),
+        question_len=fields.get("question_len", bounded(TOKENS), default.question_len),
+        order=fields.get("order", choice(ORDERS), default.order),
+    )
+    if not within(shared.input_len, TOKENS):
+        findings.error(path, f"system_prompt_len + question_len {bound_problem(TOKENS, shared.input_len)}")
+    return shared
+
+
+def _prompt_source(
+    findings: Findings, path: str, fields: Fields, dataset: object
+) -> tuple[SharedPrefix | None, int]:
+    """The workload's shared prefix (``dataset``, as given, is ``shared-prefix``) and its input length:
+    the prefix's, where the file may repeat it but not contradict it."""
+    shared = fields.get("shared_prefix", _shared_prefix, None)
+    if dataset == SHARED_PREFIX and shared is None:
+        shared = DEFAULT_SHARED_PREFIX
+    if shared is not None and dataset != SHARED_PREFIX:
+        findings.error(
+            join_path(path, "shared_prefix"),
+            f"describes the {SHARED_PREFIX} dataset's groups: set dataset: {SHARED_PREFIX}, or leave it out",
+        )
+        shared = None
+    if shared is None:
+        return None, fields.get("input_len", bounded(BOUNDS["input_len"]), STAND_IN_WORKLOAD.input_len)
+    given = fields.get("input_len", bounded(BOUNDS["input_len"]), shared.input_len)
+    if given != shared.input_len:
+        findings.error(
+            join_path(path, "input_len"),
+            f"{given} is not shared_prefix's system_prompt_len + question_len, {shared.input_len}: leave it "
+            "out",
+        )
+    return shared, shared.input_len
+
+
+def _cache_state(findings: Findings, path: str, fields: Fields, dataset: object) -> str:
+    cache_state = fields.get("cache_state", choice(CACHE_STATES), DEFAULT_CACHE_STATE)
+    if cache_state == PRIMED and dataset != SHARED_PREFIX:
+        findings.error(
+            join_path(path, "cache_state"),
+            f"{PRIMED} sends each group's system prompt before a point: only dataset {SHARED_PREFIX} has "
+            "them (flushed starts every point from an empty cache)",
+        )
+    return cache_state
 
 
 def _concurrency(findings: Findings, path: str, value: object) -> tuple[int, ...]:
@@ -272,13 +344,15 @@ def _check_load(findings: Findings, path: str, fields: Fields) -> None:
 
 
 def check_workload(findings: Findings, path: str, value: object, base_dir: Path) -> Workload:
-    fields = mapping(findings, path, value, WORKLOAD_KEYS, required=WORKLOAD_REQUIRED)
+    given_dataset = value.get("dataset") if isinstance(value, dict) else None
+    required = [key for key in WORKLOAD_REQUIRED if key != "input_len" or given_dataset != SHARED_PREFIX]
+    fields = mapping(findings, path, value, WORKLOAD_KEYS, required=required)
     if isinstance(value, dict):
         _check_load(findings, path, fields)
     stand_in = STAND_IN_WORKLOAD
     api = fields.get("api", choice(APIS), stand_in.api)
     dataset = fields.get("dataset", _dataset(base_dir), stand_in.dataset)
-    input_len = fields.get("input_len", bounded(BOUNDS["input_len"]), stand_in.input_len)
+    shared_prefix, input_len = _prompt_source(findings, path, fields, given_dataset)
     output_len = fields.get("output_len", bounded(BOUNDS["output_len"]), stand_in.output_len)
     concurrency = fields.get("concurrency", _concurrency, stand_in.concurrency)
     request_rate = fields.get("request_rate", _request_rates, stand_in.request_rate)
@@ -315,6 +389,8 @@ def check_workload(findings: Findings, path: str, value: object, base_dir: Path)
         burstiness=burstiness,
         max_concurrency=fields.get("max_concurrency", bounded(BOUNDS["max_concurrency"]), None),
         search_resolution=fields.get("search_resolution", bounded(BOUNDS["search_resolution"]), None),
+        shared_prefix=shared_prefix,
+        cache_state=_cache_state(findings, path, fields, given_dataset),
     )
 
 

@@ -33,17 +33,28 @@ from fairbench.measure.vocabulary import VocabularyError
 from fairbench.measure.workload import (
     APIS,
     ARRIVALS,
+    CACHE_STATES,
+    CARRIED,
     DEFAULT_API,
     DEFAULT_ARRIVAL,
     DEFAULT_BURSTINESS,
+    DEFAULT_CACHE_STATE,
     DEFAULT_PROMPTS_PER_LEVEL,
     DEFAULT_RANGE_RATIO,
     DEFAULT_SEED,
+    DEFAULT_SHARED_PREFIX,
     DEFAULT_WARMUP,
+    FLUSHED,
+    GENERATED,
+    GROUPED,
     MIN_PROMPTS_PER_LEVEL,
     POISSON,
+    PRIMED,
     RANDOM_IDS,
+    SHARED_PREFIX,
+    SHUFFLED,
     LevelCount,
+    SharedPrefix,
     WorkloadError,
     level_count,
     parse_count,
@@ -177,9 +188,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--api-key", default=os.environ.get("FAIRBENCH_API_KEY"), help="bearer token (or FAIRBENCH_API_KEY)"
     )
-    parser.add_argument("--dataset", default=RANDOM_IDS, help=f"{RANDOM_IDS}, or a ShareGPT-style JSON file")
+    parser.add_argument(
+        "--dataset",
+        default=RANDOM_IDS,
+        help=f"{RANDOM_IDS}, {SHARED_PREFIX} (the --gsp-* options), or a ShareGPT-style JSON file",
+    )
     tokens = bounded(bounds.TOKENS)
-    parser.add_argument("--input-len", type=tokens, required=True, help="input tokens per request")
+    parser.add_argument(
+        "--input-len",
+        type=tokens,
+        help=f"input tokens per request (with {SHARED_PREFIX}: the --gsp-* lengths together)",
+    )
     parser.add_argument("--output-len", type=tokens, required=True, help="output tokens per request")
     parser.add_argument(
         "--range-ratio",
@@ -187,6 +206,40 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_RANGE_RATIO,
         help="draw each request's lengths between this share of the length and the length (default "
         "%(default)g: all the same)",
+    )
+    shared = parser.add_argument_group(
+        f"{SHARED_PREFIX}",
+        "groups of requests sharing a system prompt, as sglang.bench_serving's generated-shared-prefix",
+    )
+    default = DEFAULT_SHARED_PREFIX
+    shared.add_argument(
+        "--gsp-num-groups",
+        type=bounded(bounds.PREFIX_GROUPS),
+        default=default.groups,
+        help="system prompts (default %(default)s)",
+    )
+    shared.add_argument(
+        "--gsp-prompts-per-group",
+        type=bounded(bounds.PROMPTS_PER_GROUP),
+        default=default.prompts_per_group,
+        help="requests per system prompt (default %(default)s)",
+    )
+    shared.add_argument(
+        "--gsp-system-prompt-len",
+        type=tokens,
+        default=default.system_prompt_len,
+        help="tokens of each system prompt (default %(default)s)",
+    )
+    shared.add_argument(
+        "--gsp-question-len",
+        type=tokens,
+        default=default.question_len,
+        help="tokens of each request's question, after its system prompt (default %(default)s)",
+    )
+    shared.add_argument(
+        "--gsp-ordered",
+        action="store_true",
+        help=f"send each group's requests together, group after group (default: {SHUFFLED}, from the seed)",
     )
     load = parser.add_mutually_exclusive_group(required=True)
     load.add_argument("--concurrency", type=concurrency_list, help="closed-loop levels, e.g. 1,2,4,8")
@@ -260,7 +313,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=bounded(bounds.VOCABULARY),
         help="random token ids from [0, N) (default: the served model's vocabulary, from its files)",
     )
-    parser.add_argument("--flush-cache", action="store_true", help="POST /flush_cache before each level")
+    cache = parser.add_mutually_exclusive_group()
+    cache.add_argument(
+        "--cache-state",
+        choices=CACHE_STATES,
+        default=DEFAULT_CACHE_STATE,
+        help=f"what the prefix cache holds when each point starts: {CARRIED} (what the previous point left), "
+        f"{FLUSHED} (POST /flush_cache before its warmup), {PRIMED} (flushed, then each group's system "
+        f"prompt sent once; {SHARED_PREFIX} only) (default %(default)s)",
+    )
+    cache.add_argument(
+        "--flush-cache",
+        dest="cache_state",
+        action="store_const",
+        const=FLUSHED,
+        help=f"the same as --cache-state {FLUSHED}",
+    )
     parser.add_argument(
         "--max-error-rate",
         type=bounded(bounds.SHARE),
@@ -351,11 +419,38 @@ def _url_problem(url: str) -> str | None:
     return None
 
 
+def _shared_prefix(args: argparse.Namespace) -> SharedPrefix | None:
+    if args.dataset != SHARED_PREFIX:
+        return None
+    return SharedPrefix(
+        groups=args.gsp_num_groups,
+        prompts_per_group=args.gsp_prompts_per_group,
+        system_prompt_len=args.gsp_system_prompt_len,
+        question_len=args.gsp_question_len,
+        order=GROUPED if args.gsp_ordered else SHUFFLED,
+    )
+
+
+def _input_len(args: argparse.Namespace, shared: SharedPrefix | None) -> int:
+    """``--input-len``, or the shared prefix's lengths, which it may repeat but not contradict."""
+    if shared is None:
+        if args.input_len is None:
+            raise UsageError("--input-len: required (but with --dataset shared-prefix)")
+        return int(args.input_len)
+    if args.input_len not in (None, shared.input_len):
+        raise UsageError(
+            f"--input-len: {args.input_len} is not --gsp-system-prompt-len + --gsp-question-len, "
+            f"{shared.input_len}: leave it out"
+        )
+    return shared.input_len
+
+
 def spec_from_args(args: argparse.Namespace) -> SweepSpec:
+    shared = _shared_prefix(args)
     workload = Workload(
         api=args.api,
         dataset=args.dataset,
-        input_len=args.input_len,
+        input_len=_input_len(args, shared),
         output_len=args.output_len,
         concurrency=tuple(args.concurrency or ()),
         prompts_per_level=args.prompts_per_level,
@@ -368,6 +463,8 @@ def spec_from_args(args: argparse.Namespace) -> SweepSpec:
         burstiness=args.burstiness,
         max_concurrency=args.max_concurrency,
         search_resolution=args.search_resolution,
+        shared_prefix=shared,
+        cache_state=args.cache_state,
     )
     try:
         spec = sweep_spec(
@@ -384,7 +481,6 @@ def spec_from_args(args: argparse.Namespace) -> SweepSpec:
             ),
             slo=tuple(args.slo),
             client_processes=args.client_processes,
-            flush_cache=args.flush_cache,
             max_error_rate=args.max_error_rate,
             connect_timeout=args.connect_timeout,
             read_timeout=args.read_timeout,
@@ -399,8 +495,8 @@ def spec_from_args(args: argparse.Namespace) -> SweepSpec:
 
 def _check_together(args: argparse.Namespace) -> None:
     """The checks no option's type can make alone; UsageError names the option."""
-    if args.dataset != RANDOM_IDS and not _is_file(args.dataset):
-        raise UsageError(f"--dataset: {args.dataset!r} is not {RANDOM_IDS!r} nor a file")
+    if args.dataset not in GENERATED and not _is_file(args.dataset):
+        raise UsageError(f"--dataset: {args.dataset!r} is not {RANDOM_IDS!r}, {SHARED_PREFIX!r} nor a file")
     open_loop = args.request_rate is not None
     if open_loop and args.max_concurrency is None:
         raise UsageError("--max-concurrency: an open loop needs its bound on requests in flight")
