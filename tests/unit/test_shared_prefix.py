@@ -23,6 +23,7 @@ from fairbench.measure.workload import (
     WorkloadSpec,
     designed_cached_tokens,
 )
+from fairbench.report.document import _cache_text, _prompts_text
 
 VOCABULARY = Vocabulary(size=32_000, excluded=(0, 1, 2), source="test")
 
@@ -256,3 +257,13 @@ def test_reuse_far_from_the_design_is_prefix_reuse(point: dict[str, Any], reason
 )
 def test_reuse_near_the_design_or_below_a_bound_is_not_flagged(point: dict[str, Any]) -> None:
     assert server_flags(point, api="completions", closed_loop=False) == []
+
+
+def test_the_report_describes_a_shared_prefix_workload_and_its_cache_state() -> None:
+    shared = SharedPrefix(groups=8, prompts_per_group=32, system_prompt_len=4096, question_len=256)
+    workload = {"shared_prefix": shared.to_json(), "cache_state": PRIMED}
+    assert (
+        _prompts_text(workload) == "8 groups of 32 requests sharing a 4096-token system prompt (shuffled), "
+    )
+    assert _cache_text(workload) == ", each point's prefix cache primed"
+    assert _prompts_text({}) == "" and _cache_text({}) == ""

@@ -12,7 +12,7 @@ configs of that host only, and with itself on the other hosts in the Hardware se
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -339,9 +339,27 @@ def _campaign_line(run: Run) -> Paragraph:
     )
     return Paragraph(
         f"Engine `{run.campaign['engine']}`, model `{run.campaign['model']}`. Workload: `{workload['api']}`, "
-        f"{workload['input_len']} tokens in, {workload['output_len']} out, {_load_text(workload)}, "
-        f"{_repeats_text(workload.get('repeats', 1))}.{slo}{search}"
+        f"{_prompts_text(workload)}{workload['input_len']} tokens in, {workload['output_len']} out, "
+        f"{_load_text(workload)}, {_repeats_text(workload.get('repeats', 1))}"
+        f"{_cache_text(workload)}.{slo}{search}"
     )
+
+
+def _prompts_text(workload: Mapping[str, Any]) -> str:
+    """A shared-prefix workload's groups, as campaign.json's ``shared_prefix`` holds them; else nothing."""
+    shared = workload.get("shared_prefix")
+    if not isinstance(shared, Mapping):
+        return ""
+    return (
+        f"{shared.get('groups')} groups of {shared.get('prompts_per_group')} requests sharing a "
+        f"{shared.get('system_prompt_len')}-token system prompt ({shared.get('order')}), "
+    )
+
+
+def _cache_text(workload: Mapping[str, Any]) -> str:
+    """The points' starting cache, where campaign.json names it (a carried cache it does not)."""
+    state = workload.get("cache_state")
+    return f", each point's prefix cache {state}" if isinstance(state, str) else ""
 
 
 # --- tables ----------------------------------------------------------------------------------------------
