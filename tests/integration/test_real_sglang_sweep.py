@@ -83,3 +83,31 @@ def test_ids_the_model_does_not_have_bring_the_whole_server_down(tmp_path: Path)
         assert "IndexError: index out of range in self" in server.log.read_text()
     finally:
         server.stop()
+
+
+def test_shared_prefixes_are_served_from_sglangs_cache_as_designed(
+    real_sglang: RealServer, tmp_path: Path
+) -> None:
+    """SGLang's own ``meta_info.cached_tokens`` against the design: one at a time from a flushed cache,
+    every request but each group's first finds its system prompt; primed, every request does."""
+    groups = ("--dataset", "shared-prefix", "--gsp-num-groups", "2", "--gsp-prompts-per-group", "4")
+    lengths = ("--gsp-system-prompt-len", "112", "--gsp-question-len", "16")  # WORKLOAD's 128 in all
+    shared = (*groups, *lengths, "--api", "generate", "--seed", "11")
+    points = {}
+    for state, concurrency in (("flushed", "1"), ("primed", "4")):
+        out = tmp_path / state
+        done = _sweep(real_sglang.url, out, *shared, "--concurrency", concurrency, "--cache-state", state)
+        assert done.returncode == 0, done.stderr + real_sglang.log_tail()
+        (points[state],) = [json.loads(line) for line in (out / "points.jsonl").read_text().splitlines()]
+    flushed, primed = points["flushed"], points["primed"]
+    assert flushed["designed_cached_tokens"] == (16 - 2) * 112
+    assert primed["designed_cached_tokens"] == 16 * 112 and primed["primers_failed"] == 0
+    for point in (flushed, primed):
+        assert point["completed"] == 16 and point["total_input_tokens"] == 16 * 128
+        # SGLang's counts, request by request: the system prompts, and now and then a question's first id.
+        assert (
+            point["designed_cached_tokens"] <= point["cached_tokens"] <= point["designed_cached_tokens"] + 16
+        )
+        assert point["cached_tokens"] == point["server_cached_tokens"], point
+        assert "prefix_reuse" not in {flag["flag"] for flag in point["flags"]}, point["flags"]
+    assert real_sglang.alive()

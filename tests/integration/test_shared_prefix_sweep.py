@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 from tests.support import sweep_process
 from tests.support.sim_process import REPO, running_sim
 
@@ -34,6 +35,8 @@ def sweep(url: str, out: Path, *args: str) -> dict[str, Any]:
     return point
 
 
+# Timing-sensitive (misses' and hits' TTFT compared): make test runs it alone.
+@pytest.mark.timing
 def test_each_cache_state_reuses_what_the_shared_prefix_workload_is_designed_to(tmp_path: Path) -> None:
     with running_sim(tmp_path, *SIM) as sim:
         flushed = sweep(sim.url, tmp_path / "flushed", "--concurrency", "1", "--cache-state", "flushed")
@@ -84,3 +87,19 @@ def test_a_primed_sweep_is_not_resumed_with_another_cache_state(tmp_path: Path) 
         )
     assert again.returncode != 0
     assert "; flush_cache True -> False; cache_state 'primed' -> unset\n" in again.stderr, again.stderr
+
+
+def test_the_openai_apis_report_cached_tokens_only_with_enable_cache_report(tmp_path: Path) -> None:
+    points = {}
+    for flags in ((), ("--enable-cache-report",)):
+        with running_sim(tmp_path, *SIM, *flags) as sim:
+            name = "reported" if flags else "silent"
+            args = ("--concurrency", "1", "--cache-state", "primed", "--api", "completions")
+            points[name] = sweep(sim.url, tmp_path / name, *args)
+    silent, reported = points["silent"], points["reported"]
+    # Without the flag only /metrics counts them; with it every response's usage says as many.
+    assert (
+        silent["cached_tokens"] is None and silent["server_cached_tokens"] >= silent["designed_cached_tokens"]
+    )
+    assert reported["cached_tokens"] == reported["server_cached_tokens"] >= reported["designed_cached_tokens"]
+    assert reported["designed_cached_tokens"] == PROMPTS * SYSTEM_PROMPT_LEN

@@ -111,6 +111,8 @@ class ServingInfo:
     default_include_usage: bool
     enable_metrics: bool
     """``--enable-metrics``: SGLang then adds the request's time stats to ``/generate``'s meta_info."""
+    enable_cache_report: bool = False
+    """``--enable-cache-report``: the OpenAI APIs' final usage reports the prompt's cached tokens."""
 
 
 def text_tokens(text: str) -> list[str]:
@@ -405,14 +407,22 @@ class ResponseWriter(ABC):
         """``add_weight_versions_to_meta_info``: one span, the weights never change here."""
         return [{"version": self.info.weight_version, "start": 0, "end": self.completion_tokens}]
 
-    def usage(self, with_nulls: bool) -> dict[str, Any]:
-        """``UsageProcessor.calculate_token_usage`` as pydantic dumps it, with or without its nulls."""
+    @property
+    def cached_tokens(self) -> int:
+        """The prompt tokens the prefix cache held when the request was admitted; 0 before."""
+        return self.scheduled.cached_tokens if self.scheduled is not None else 0
+
+    def usage(self, with_nulls: bool, *, final: bool = False) -> dict[str, Any]:
+        """``UsageProcessor.calculate_token_usage`` as pydantic dumps it, with or without its nulls. The
+        ``final`` usage (a response's, a stream's usage chunk) reports the cached prompt tokens with
+        ``--enable-cache-report``; a stream's continuous usage never does."""
         prompt = self.request.prompt_tokens
+        report = final and self.info.enable_cache_report
         usage: dict[str, Any] = {
             "prompt_tokens": prompt,
             "total_tokens": prompt + self.completion_tokens,
             "completion_tokens": self.completion_tokens,
-            "prompt_tokens_details": None,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens} if report else None,
             "reasoning_tokens": 0,
             "completion_tokens_details": None,
         }
@@ -426,7 +436,7 @@ class ResponseWriter(ABC):
             "created": self.created,
             "model": self.request.model,
             "choices": [],
-            "usage": self.usage(with_nulls),
+            "usage": self.usage(with_nulls, final=True),
         }
         return b"data: " + compact_json(final) + b"\n\n"
 
@@ -446,7 +456,7 @@ class ResponseWriter(ABC):
                     "matched_stop": self.matched_stop,
                 }
             ],
-            "usage": self.usage(with_nulls=True),
+            "usage": self.usage(with_nulls=True, final=True),
             "metadata": {"weight_version": self.info.weight_version, "weight_versions": self.weight_versions},
         }
 
@@ -477,7 +487,7 @@ class GenerateWriter(ResponseWriter):
         now_ns = time.perf_counter_ns()
         finish = compact_json(self.finish_reason).decode() if finished else "null"
         scheduled = self.scheduled
-        cached = scheduled.cached_tokens if scheduled is not None else 0
+        cached = self.cached_tokens
         details = f'{{"device":{cached},"host":0}}' if cached else "null"
         meta = (
             f'{{"id":{self.rid_json},"finish_reason":{finish},"prompt_tokens":{self.request.prompt_tokens},'

@@ -71,6 +71,7 @@ MODELLED_FIELDS = frozenset(
         "stream_interval",
         "context_length",
         "enable_metrics",
+        "enable_cache_report",
         "decode_log_interval",
         "stream_response_default_include_usage",
         "weight_version",
@@ -396,6 +397,8 @@ class SimConfig:
     admin_api_key: str | None
     context_length: int
     enable_metrics: bool
+    enable_cache_report: bool
+    """The OpenAI APIs' usage reports the prompt's cached tokens (``prompt_tokens_details``)."""
     stream_response_default_include_usage: bool
     weight_version: str
     time_scale: float
@@ -655,6 +658,7 @@ def resolve(args: argparse.Namespace) -> SimConfig:
         admin_api_key=args.admin_api_key,
         context_length=context_length,
         enable_metrics=args.enable_metrics,
+        enable_cache_report=args.enable_cache_report,
         stream_response_default_include_usage=args.stream_response_default_include_usage,
         weight_version=args.weight_version,
         time_scale=args.sim_time_scale,

@@ -129,6 +129,7 @@ class SimServer:
             weight_version=config.weight_version,
             default_include_usage=config.stream_response_default_include_usage,
             enable_metrics=config.enable_metrics,
+            enable_cache_report=config.enable_cache_report,
         )
         self.started_at = loop.time()
         self.loaded = False
