@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "report": "compare the configs of a run (or two runs): report.md, .html, plots",
     "export": "write every point of a run as one table: CSV or Parquet",
     "nccl": "measure all-reduce across this host's GPUs per NCCL setting: nccl.json",
+    "trace": "check a request trace (Mooncake, Azure) and say what it holds, or write a sample one",
     "run": "run a campaign on an inventory's hosts with Ansible; ends in its report",
 }
 """Each command, and the line ``fairbench --help`` lists it with; its module is ``fairbench.cli.<command>``,
