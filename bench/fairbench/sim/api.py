@@ -412,12 +412,12 @@ class ResponseWriter(ABC):
         """The prompt tokens the prefix cache held when the request was admitted; 0 before."""
         return self.scheduled.cached_tokens if self.scheduled is not None else 0
 
-    def usage(self, with_nulls: bool, *, final: bool = False) -> dict[str, Any]:
-        """``UsageProcessor.calculate_token_usage`` as pydantic dumps it, with or without its nulls. The
-        ``final`` usage (a response's, a stream's usage chunk) reports the cached prompt tokens with
-        ``--enable-cache-report``; a stream's continuous usage never does."""
+    def usage(self, with_nulls: bool, *, reports_cache: bool = True) -> dict[str, Any]:
+        """``UsageProcessor.calculate_token_usage`` as pydantic dumps it, with or without its nulls. With
+        ``--enable-cache-report`` it reports the cached prompt tokens, where SGLang's does
+        (``reports_cache``): everywhere but a completions stream's continuous usage."""
         prompt = self.request.prompt_tokens
-        report = final and self.info.enable_cache_report
+        report = reports_cache and self.info.enable_cache_report
         usage: dict[str, Any] = {
             "prompt_tokens": prompt,
             "total_tokens": prompt + self.completion_tokens,
@@ -436,7 +436,7 @@ class ResponseWriter(ABC):
             "created": self.created,
             "model": self.request.model,
             "choices": [],
-            "usage": self.usage(with_nulls, final=True),
+            "usage": self.usage(with_nulls),
         }
         return b"data: " + compact_json(final) + b"\n\n"
 
@@ -456,7 +456,7 @@ class ResponseWriter(ABC):
                     "matched_stop": self.matched_stop,
                 }
             ],
-            "usage": self.usage(with_nulls=True, final=True),
+            "usage": self.usage(with_nulls=True),
             "metadata": {"weight_version": self.info.weight_version, "weight_versions": self.weight_versions},
         }
 
@@ -570,7 +570,9 @@ class CompletionWriter(ResponseWriter):
         finish = f'"{self.finish_reason["type"]}"' if finished else "null"
         matched = json.dumps(self.matched_stop) if finished else "null"
         usage = (
-            compact_json(self.usage(with_nulls=True)).decode() if self.request.continuous_usage else "null"
+            compact_json(self.usage(with_nulls=True, reports_cache=False)).decode()
+            if self.request.continuous_usage
+            else "null"
         )
         events = [
             f'data: {{"id":{self.rid_json},"object":"text_completion","created":{self.created},'
