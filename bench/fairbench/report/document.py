@@ -20,6 +20,7 @@ from fairbench.campaign.model import SPREAD
 from fairbench.fleet.campaign_record import differences, listed
 from fairbench.measure.repeats import AutoRepeats, repeats_from_json
 from fairbench.measure.results import CAMPAIGN_FILE
+from fairbench.measure.workload import DEFAULT_ARRIVAL, DEFAULT_BURSTINESS, GAMMA
 from fairbench.report.blocks import Alert, Block, BulletList, Figure, Heading, Paragraph, Preformatted, Table
 from fairbench.report.checks import checks_blocks
 from fairbench.report.differences import (
@@ -320,9 +321,9 @@ def _load_text(workload: dict[str, Any]) -> str:
     levels = ", ".join(map(loop.value, listed))
     if not loop.open:
         return f"{loop.noun} {levels}"
-    arrival = str(workload.get("arrival", "poisson"))
-    if arrival == "gamma":
-        arrival += f", burstiness {workload.get('burstiness', 1.0):g}"
+    arrival = str(workload.get("arrival", DEFAULT_ARRIVAL))
+    if arrival == GAMMA:
+        arrival += f", burstiness {workload.get('burstiness', DEFAULT_BURSTINESS):g}"
     return f"{loop.noun} {levels} req/s ({arrival}, at most {workload.get('max_concurrency')} in flight)"
 
 
