@@ -32,13 +32,10 @@ from fairbench.hosts.ansible_support import (
     wait_until_healthy,
 )
 from fairbench.hosts.clean_state import CleanState, CleanStateError, failure_message, wait_clean
-from fairbench.measure.results_format import TIMELINE_KEYS
+from fairbench.measure.results_format import HOST_FILE, SERVER_INFO_FILE, TIMELINE_KEYS, UNIT_FILE
 from fairbench.measure.status import JOURNAL_FILE
 from fairbench.measure.sweep import SweepSpec
 
-SERVER_INFO_FILE = "server_info.json"
-HOST_FILE = "host.json"
-UNIT_FILE = "unit.service"
 UNIT_DIR = Path("/etc/systemd/system")
 
 

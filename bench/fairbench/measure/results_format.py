@@ -163,6 +163,12 @@ def current_lines(lines: Iterable[Numbered]) -> tuple[dict[str, Numbered], list[
 # --- status.json ----------------------------------------------------------------------------------------
 
 STATUS_FILE = "status.json"
+SERVER_INFO_FILE = "server_info.json"
+"""A config's server's /server_info, as its job read it once the server was healthy."""
+HOST_FILE = "host.json"
+"""The facts of the host a config's job ran on."""
+UNIT_FILE = "unit.service"
+"""A copy of the systemd unit the config's server ran as."""
 OK = "ok"
 FAILED = "failed"
 OUTCOME_KEYS = ("status", "stage", "reason", "journal_tail")

@@ -24,14 +24,21 @@ from fairbench.measure.json_rules import (
     whole,
 )
 from fairbench.measure.results import SWEEP_FILE
-from fairbench.measure.results_format import JOB_RULES, OK, POINTS_FILE, RANK_RULES, STATUS_FILE, STATUS_RULES
+from fairbench.measure.results_format import (
+    HOST_FILE,
+    JOB_RULES,
+    OK,
+    POINTS_FILE,
+    RANK_RULES,
+    SERVER_INFO_FILE,
+    STATUS_FILE,
+    STATUS_RULES,
+    UNIT_FILE,
+)
 from fairbench.measure.status import JOURNAL_EXCERPT_LINES, JOURNAL_FILE, RANKS_DIR
 from fairbench.report.points import read_points
 from fairbench.report.tree import MISSING, UNREADABLE, ConfigResult, Job, RankFiles, RankStatus
 
-SERVER_INFO_FILE = "server_info.json"
-HOST_FILE = "host.json"
-UNIT_FILE = "unit.service"
 SWEEP_RULES: tuple[Rule, ...] = (
     Rule("gpus", "null or a whole number of at least 1", or_null(whole(1)), False),
 )
