@@ -105,7 +105,7 @@ REQUEST_RATE = "inf"
 ``max_concurrency`` requests in flight) is fairbench's closed loop. SGLang writes the float infinity, which
 json.dumps spells ``Infinity``: not JSON. The string "inf" is, and ``float()`` reads it back (as SGLang's
 other string value, "trace", shows, the key is a number or a string already)."""
-DATASET_NAMES = {RANDOM_IDS: "random-ids", SHARED_PREFIX: "generated-shared-prefix"}
+DATASET_NAMES = {RANDOM_IDS: RANDOM_IDS, SHARED_PREFIX: "generated-shared-prefix"}
 """sglang.bench_serving's ``--dataset-name`` of each dataset fairbench generates (a file is ``sharegpt``)."""
 DEFAULT_MAX_ERROR_RATE = 0.5
 """The share of a level's requests that may fail before the level is stopped."""
