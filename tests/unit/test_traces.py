@@ -113,12 +113,12 @@ def test_an_unbounded_cache_could_serve_the_blocks_an_earlier_request_sent_with_
             "t.csv",
             "TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,1,1\n",
             "t.csv:2: TIMESTAMP: must be a date and time such as 2023-11-16 18:15:46.6805900, got "
-            "'yesterday'",
+            '"yesterday"',
         ),
         (
             "t.csv",
             "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,-3,1\n",
-            "t.csv:2: ContextTokens: must be an integer from 1 to 10,000,000 tokens, got '-3'",
+            't.csv:2: ContextTokens: must be an integer from 1 to 10,000,000 tokens, got "-3"',
         ),
         ("t.txt", "x", "t.txt: not a trace file: its name must end in .jsonl (mooncake), .csv (azure)"),
     ],

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from fairbench.measure.bounds import TOKENS
+from fairbench.measure.json_rules import shown
 from fairbench.measure.workload import WorkloadError
 
 MOONCAKE = "mooncake"
@@ -120,13 +121,8 @@ def _seconds(ms: float) -> str:
 
 def _length(path: Path, line: int, name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or TOKENS.problem(value) is not None:
-        raise TraceError(f"{path}:{line}: {name}: must be {TOKENS.describe()}, got {_shown(value)}")
+        raise TraceError(f"{path}:{line}: {name}: must be {TOKENS.describe()}, got {shown(value)}")
     return value
-
-
-def _shown(value: object) -> str:
-    text = json.dumps(value) if not isinstance(value, str) else repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _mooncake(path: Path, file: Any) -> Iterator[Row]:
@@ -140,7 +136,7 @@ def _mooncake(path: Path, file: Any) -> Iterator[Row]:
         except RecursionError:
             raise TraceError(f"{path}:{line}: nested too deeply to be a request") from None
         if not isinstance(record, dict):
-            raise TraceError(f"{path}:{line}: must be a JSON object, got {_shown(record)}")
+            raise TraceError(f"{path}:{line}: must be a JSON object, got {shown(record)}")
         for key in ("timestamp", "input_length", "output_length"):
             if key not in record:
                 raise TraceError(f"{path}:{line}: {key}: required key is missing")
@@ -151,7 +147,7 @@ def _mooncake(path: Path, file: Any) -> Iterator[Row]:
             or not math.isfinite(stamp)
             or stamp < 0
         ):
-            raise TraceError(f"{path}:{line}: timestamp: must be a number of ms >= 0, got {_shown(stamp)}")
+            raise TraceError(f"{path}:{line}: timestamp: must be a number of ms >= 0, got {shown(stamp)}")
         input_len = _length(path, line, "input_length", record["input_length"])
         output_len = _length(path, line, "output_length", record["output_length"])
         hash_ids = record.get("hash_ids", [])
@@ -205,7 +201,7 @@ def _azure_ms(path: Path, line: int, text: str) -> float:
     except ValueError:
         raise TraceError(
             f"{path}:{line}: TIMESTAMP: must be a date and time such as 2023-11-16 18:15:46.6805900, got "
-            f"{_shown(text)}"
+            f"{shown(text)}"
         ) from None
     fraction = float(f"0.{match[2]}") if match[2] else 0.0
     return (whole.timestamp() + fraction) * 1000.0
