@@ -14,8 +14,9 @@ Every server a test started is stopped when the test ends.
 In CI (``CI`` set) a skipped test fails, unless tests/support/ci_skips.py accepts its skip.
 
 ``real_sglang`` is one real SGLang server of the tiny model for the whole session (started once, in about
-20-100 s, by tests/support/real_sglang.py); a test that may bring a server down starts its own with
-``tests.support.real_sglang.start``.
+20-100 s, by tests/support/real_sglang.py). A test that brings it down is marked ``ends_real_sglang`` and
+runs after every other test (a cold start saved); one that may bring a server down midway starts its own
+with ``tests.support.real_sglang.start``.
 """
 
 from __future__ import annotations
@@ -63,6 +64,12 @@ def _fail_skip_in_ci(report: pytest.TestReport | pytest.CollectReport) -> None:
             f"skipped in CI, where every test must run: {reason}\n"
             "(the skips CI accepts are listed, each with its reason, in tests/support/ci_skips.py)"
         )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that end the shared real SGLang server last (a stable sort: the rest keep their order). Every
+    pytest-xdist worker sorts alike, so the real_sglang group's worker runs them at the group's end."""
+    items.sort(key=lambda item: item.get_closest_marker("ends_real_sglang") is not None)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from tests.support.real_sglang import RealServer, start
+from tests.support.real_sglang import RealServer
 
 # One pytest worker runs every test of real SGLang, so that one server start serves them all.
 pytestmark = pytest.mark.xdist_group("real_sglang")
@@ -70,19 +70,19 @@ def test_every_request_completes_and_the_server_lives(
     assert real_sglang.alive() and _healthy(real_sglang)
 
 
-def test_ids_the_model_does_not_have_bring_the_whole_server_down(tmp_path: Path) -> None:
-    """Why the vocabulary is learned: a fixed range (up to 30000), given on purpose, kills SGLang."""
-    server = start(tmp_path)
-    try:
-        done = _sweep(server.url, tmp_path / "out", "--vocab-size", "30000", "--concurrency", "1")
-        assert done.returncode != 0
-        deadline = time.monotonic() + 60
-        while server.alive() and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert not server.alive(), "SGLang survived ids beyond its vocabulary"
-        assert "IndexError: index out of range in self" in server.log.read_text()
-    finally:
-        server.stop()
+@pytest.mark.ends_real_sglang
+def test_ids_the_model_does_not_have_bring_the_whole_server_down(
+    real_sglang: RealServer, tmp_path: Path
+) -> None:
+    """Why the vocabulary is learned: a fixed range (up to 30000), given on purpose, kills SGLang. The
+    session's shared server, so this runs after every other test."""
+    done = _sweep(real_sglang.url, tmp_path / "out", "--vocab-size", "30000", "--concurrency", "1")
+    assert done.returncode != 0
+    deadline = time.monotonic() + 60
+    while real_sglang.alive() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not real_sglang.alive(), "SGLang survived ids beyond its vocabulary"
+    assert "IndexError: index out of range in self" in real_sglang.log.read_text()
 
 
 def test_shared_prefixes_are_served_from_sglangs_cache_as_designed(

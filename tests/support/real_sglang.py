@@ -6,7 +6,9 @@ release the sglang role installs (both read from the role's defaults file), from
 ``FAIRBENCH_SGLANG_WHEELHOUSE`` names when it is set (CI builds one for the lab hosts and reuses it here),
 else from the package index (about 9.5 GB with the CUDA build of torch, which runs on the CPU too). A file
 lock beside the venv makes a second builder (another pytest worker, or CI's build ahead of the tests) wait
-for the first and then reuse its venv. ``python -m tests.support.real_sglang`` builds it and exits.
+for the first and then reuse its venv. ``python -m tests.support.real_sglang [COMMAND...]`` builds it and
+exits; a COMMAND (CI's download of the wheelhouse) runs first under the same lock, so that the tests that
+need SGLang, started meanwhile, wait for both instead of building from a wheelhouse still being filled.
 
 A server is started the way campaigns/lab-sglang.yml starts its ``baseline`` config, with its own flags
 on top, on the tiny model (tests/support/tiny_model.py) and a free loopback port. Where the venv cannot be
@@ -24,7 +26,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,13 +85,24 @@ def _build() -> None:
     _run_step([*install, *source, f"sglang=={SGLANG_VERSION}"])
 
 
-def ensure_venv() -> Path:
-    """The venv's Python, building the venv first when it lacks SGLANG_VERSION (one builder at a time)."""
-    if _installed_version() == SGLANG_VERSION:
-        return _venv_python()
+@contextmanager
+def _builder_lock() -> Iterator[None]:
+    """Held by the one process building the venv (or preparing what it is built from)."""
     VENV.parent.mkdir(parents=True, exist_ok=True)
     with VENV.with_name(VENV.name + ".lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def ensure_venv(before_build: Sequence[str] = ()) -> Path:
+    """The venv's Python, building the venv first when it lacks SGLANG_VERSION (one builder at a time).
+
+    ``before_build``, a command, runs under the builder's lock whether or not the venv needs building."""
+    if not before_build and _installed_version() == SGLANG_VERSION:
+        return _venv_python()
+    with _builder_lock():
+        if before_build and subprocess.run(before_build, check=False).returncode:
+            raise SystemExit(f"`{' '.join(before_build)}` failed: the venv is not built")
         if _installed_version() != SGLANG_VERSION:
             _build()
     if _installed_version() != SGLANG_VERSION:
@@ -168,4 +182,6 @@ def start(tmp_dir: Path, extra_args: Sequence[str] = (), *, config: str = "basel
 
 if __name__ == "__main__":
     started = time.monotonic()
-    print(f"{ensure_venv()}: sglang {SGLANG_VERSION}, ready in {time.monotonic() - started:.0f} s")
+    print(
+        f"{ensure_venv(sys.argv[1:])}: sglang {SGLANG_VERSION}, ready in {time.monotonic() - started:.0f} s"
+    )
