@@ -80,7 +80,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, TypeGuard
 
 from fairbench.measure.bounds import GPUS, Bound
@@ -92,6 +92,7 @@ from fairbench.measure.workload import (
     DEFAULT_CACHE_STATE,
     LevelCount,
     SharedPrefix,
+    TraceWindow,
     prompts_at,
 )
 
@@ -218,6 +219,9 @@ class Workload:
     """The groups of a ``shared-prefix`` dataset; None for any other."""
     cache_state: str = DEFAULT_CACHE_STATE
     """What the prefix cache holds when a point's measurement starts (``measure.workload.CACHE_STATES``)."""
+    trace: TraceWindow | None = None
+    """The window of a ``trace`` dataset replayed (its levels, ``request_rate``, are its own rate times each
+    speedup: ``measure.trace_replay``); None for any other."""
 
     @property
     def open_loop(self) -> bool:
@@ -253,6 +257,7 @@ class Workload:
             "api": self.api,
             "dataset": self.dataset,
             **({} if self.shared_prefix is None else {"shared_prefix": self.shared_prefix.to_json()}),
+            **({} if self.trace is None else {"trace": asdict(self.trace)}),
             "input_len": self.input_len,
             "output_len": self.output_len,
             **({} if self.cache_state == DEFAULT_CACHE_STATE else {"cache_state": self.cache_state}),

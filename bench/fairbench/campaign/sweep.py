@@ -62,6 +62,7 @@ def sweep_spec(
             vocab_size=workload.vocab_size,
             shared_prefix=workload.shared_prefix,
             cache_state=workload.cache_state,
+            trace=workload.trace,
         ),
         concurrency=list(workload.concurrency),
         request_rate=list(workload.request_rate),

@@ -29,6 +29,8 @@ from fairbench.measure.results_format import is_open_loop
 from fairbench.measure.server_metrics import SAMPLE_INTERVAL_S
 from fairbench.measure.slo import SloError, SloTarget, parse_target
 from fairbench.measure.sweep import DEFAULT_MAX_ERROR_RATE, Sweep, SweepSpec
+from fairbench.measure.trace_replay import load_window, replay_rates
+from fairbench.measure.traces import TraceError
 from fairbench.measure.vocabulary import VocabularyError
 from fairbench.measure.workload import (
     APIS,
@@ -53,8 +55,10 @@ from fairbench.measure.workload import (
     RANDOM_IDS,
     SHARED_PREFIX,
     SHUFFLED,
+    TRACE,
     LevelCount,
     SharedPrefix,
+    TraceWindow,
     WorkloadError,
     level_count,
     parse_count,
@@ -102,6 +106,10 @@ def concurrency_list(text: str) -> list[int]:
 
 def _rate_list(text: str) -> list[float]:
     return [float(value) for value in _bounded_list(text, bounds.REQUEST_RATE, "rate", "request rates")]
+
+
+def _speedup_list(text: str) -> list[float]:
+    return [float(value) for value in _bounded_list(text, bounds.SPEEDUP, "speedup", "speedups")]
 
 
 def _gpu_list(text: str) -> list[int]:
@@ -199,7 +207,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=tokens,
         help=f"input tokens per request (with {SHARED_PREFIX}: the --gsp-* lengths together)",
     )
-    parser.add_argument("--output-len", type=tokens, required=True, help="output tokens per request")
+    parser.add_argument(
+        "--output-len", type=tokens, help="output tokens per request (required but with --trace)"
+    )
     parser.add_argument(
         "--range-ratio",
         type=bounded(bounds.SHARE),
@@ -247,6 +257,37 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--request-rate",
         type=_rate_list,
         help="open-loop levels, requests per second, e.g. 0.5,1,2 (needs --max-concurrency)",
+    )
+    load.add_argument(
+        "--trace",
+        type=Path,
+        metavar="FILE",
+        help="replay a request trace (Mooncake .jsonl or Azure .csv): each request at its time, with its "
+        "lengths and shared blocks (levels: --trace-speedup)",
+    )
+    trace = parser.add_argument_group("trace replay", "the window of --trace replayed, and how fast")
+    trace.add_argument(
+        "--trace-speedup",
+        type=_speedup_list,
+        default=[1.0],
+        help="levels: how much faster than recorded, e.g. 0.5,1,2 (default 1); each is the window's own "
+        "request rate times the speedup",
+    )
+    trace.add_argument(
+        "--trace-start",
+        type=bounded(bounds.TRACE_SECONDS),
+        default=0.0,
+        help="replay from this many seconds after the trace's first request (default 0)",
+    )
+    trace.add_argument(
+        "--trace-duration",
+        type=bounded(bounds.TRACE_SECONDS),
+        help="replay this many seconds of the trace (default: to its end)",
+    )
+    trace.add_argument(
+        "--trace-count",
+        type=bounded(bounds.TRACE_REQUESTS),
+        help="replay at most this many requests (default: every one in the window)",
     )
     parser.add_argument(
         "--arrival",
@@ -445,26 +486,69 @@ def _input_len(args: argparse.Namespace, shared: SharedPrefix | None) -> int:
     return shared.input_len
 
 
+def _trace_load(args: argparse.Namespace) -> dict[str, Any]:
+    """The Workload fields of ``--trace``'s replay: its window, whose own rate times each speedup are the
+    levels, its longest lengths, its arrivals, and at most all of it in flight unless capped."""
+    _check_trace_options(args)
+    window = TraceWindow(str(args.trace), args.trace_start, args.trace_duration, args.trace_count)
+    try:
+        requests = load_window(window)
+    except TraceError as exc:
+        raise UsageError(f"--trace: {exc}") from None
+    return {
+        "dataset": TRACE,
+        "trace": window,
+        "input_len": max(request.input_len for request in requests),
+        "output_len": max(request.output_len for request in requests),
+        "request_rate": tuple(replay_rates(requests, args.trace_speedup)),
+        "arrival": TRACE,
+        "max_concurrency": args.max_concurrency or len(requests),
+    }
+
+
+def _check_trace_options(args: argparse.Namespace) -> None:
+    """What a trace sets itself, given beside --trace, is refused naming the option."""
+    for option, given in (
+        ("--dataset", args.dataset != RANDOM_IDS),
+        ("--input-len", args.input_len is not None),
+        ("--output-len", args.output_len is not None),
+        ("--range-ratio", args.range_ratio != DEFAULT_RANGE_RATIO),
+        ("--arrival", args.arrival != DEFAULT_ARRIVAL),
+        ("--search-resolution", args.search_resolution is not None),
+        ("--cache-state primed", args.cache_state == PRIMED),
+    ):
+        if given:
+            raise UsageError(f"{option}: a trace sets its own requests, lengths and arrivals: leave it out")
+
+
 def spec_from_args(args: argparse.Namespace) -> SweepSpec:
     shared = _shared_prefix(args)
+    if args.trace is not None:
+        load = _trace_load(args)
+    else:
+        if args.output_len is None:
+            raise UsageError("--output-len: required (but with --trace)")
+        load = {
+            "dataset": args.dataset,
+            "input_len": _input_len(args, shared),
+            "output_len": args.output_len,
+            "request_rate": tuple(args.request_rate or ()),
+            "arrival": args.arrival,
+            "max_concurrency": args.max_concurrency,
+        }
     workload = Workload(
         api=args.api,
-        dataset=args.dataset,
-        input_len=_input_len(args, shared),
-        output_len=args.output_len,
         concurrency=tuple(args.concurrency or ()),
         prompts_per_level=args.prompts_per_level,
         warmup=args.warmup,
         repeats=args.repeats,
         seed=args.seed,
         vocab_size=args.vocab_size,
-        request_rate=tuple(args.request_rate or ()),
-        arrival=args.arrival,
         burstiness=args.burstiness,
-        max_concurrency=args.max_concurrency,
         search_resolution=args.search_resolution,
         shared_prefix=shared,
         cache_state=args.cache_state,
+        **load,
     )
     try:
         spec = sweep_spec(
@@ -497,6 +581,22 @@ def _check_together(args: argparse.Namespace) -> None:
     """The checks no option's type can make alone; UsageError names the option."""
     if args.dataset not in GENERATED and not _is_file(args.dataset):
         raise UsageError(f"--dataset: {args.dataset!r} is not {RANDOM_IDS!r}, {SHARED_PREFIX!r} nor a file")
+    if args.trace is None:
+        _check_levels(args)
+    if (problem := _url_problem(args.url)) is not None:
+        raise UsageError(f"--url: {args.url!r}: {problem}")
+    if args.search_resolution is not None and not args.slo:
+        raise UsageError("--search-resolution: searches for the highest level meeting an SLO: add --slo")
+    if len({target.key for target in args.slo}) != len(args.slo):
+        raise UsageError("--slo: an objective is given twice")
+    if args.remeasure_failed and not args.resume:
+        raise UsageError(
+            "--remeasure-failed: measures again points of a sweep already in --out: add --resume"
+        )
+
+
+def _check_levels(args: argparse.Namespace) -> None:
+    """A closed or random open loop's levels and their options (a trace's are its own)."""
     open_loop = args.request_rate is not None
     if open_loop and args.max_concurrency is None:
         raise UsageError("--max-concurrency: an open loop needs its bound on requests in flight")
@@ -511,16 +611,6 @@ def _check_together(args: argparse.Namespace) -> None:
             parse_count(count, max(args.request_rate if open_loop else args.concurrency))
         except WorkloadError as exc:
             raise UsageError(f"{option}: {exc}") from None
-    if (problem := _url_problem(args.url)) is not None:
-        raise UsageError(f"--url: {args.url!r}: {problem}")
-    if args.search_resolution is not None and not args.slo:
-        raise UsageError("--search-resolution: searches for the highest level meeting an SLO: add --slo")
-    if len({target.key for target in args.slo}) != len(args.slo):
-        raise UsageError("--slo: an objective is given twice")
-    if args.remeasure_failed and not args.resume:
-        raise UsageError(
-            "--remeasure-failed: measures again points of a sweep already in --out: add --resume"
-        )
 
 
 def _is_file(path: str) -> bool:

@@ -88,6 +88,13 @@ most CONCURRENCY's range."""
 REQUEST_RATE = Bound(0.001, 1_000_000, "requests per second", integer=False)
 """An open loop's target arrival rate: below one request in 1,000 s a level of 16 prompts lasts over four
 hours; a million a second is more than one client process sends."""
+SPEEDUP = Bound(0.001, 1_000, "(times as fast as recorded)", integer=False)
+"""A trace replay's speedup: a thousand times slower makes a second of trace a quarter of an hour, a
+thousand times faster a second's requests a millisecond's."""
+TRACE_SECONDS = Bound(0.0, 366 * 24 * 3600.0, "seconds", integer=False)
+"""A trace replay's window, in seconds of the trace: the public traces span hours to weeks."""
+TRACE_REQUESTS = Bound(2, 10_000_000, "requests")
+"""The most requests of a trace replayed: at least two (a rate needs a span); REQUESTS's largest."""
 BURSTINESS = Bound(0.001, 1_000, "(a gamma shape)", integer=False)
 """Gamma arrivals' shape: the gaps' coefficient of variation is 1 / sqrt(shape), from 31.6 (nearly every
 request in one burst) to 0.03 (nearly even gaps); beyond, a typo."""

@@ -72,6 +72,7 @@ from fairbench.measure.results_format import BISECT, LISTED, level_tag, load_of,
 from fairbench.measure.server_metrics import METRICS_PATH, SAMPLE_INTERVAL_S, ServerMetricsSampler
 from fairbench.measure.server_metrics import point_fields as server_fields
 from fairbench.measure.slo import SloTarget, slo_to_json
+from fairbench.measure.trace_replay import TraceReplay, prompt_source
 from fairbench.measure.vocabulary import Vocabulary, VocabularyError, explicit, from_model_info
 from fairbench.measure.workload import (
     DEFAULT_API,
@@ -85,11 +86,9 @@ from fairbench.measure.workload import (
     SHARED_PREFIX,
     LevelCount,
     Prompt,
-    Workload,
+    PromptSource,
     WorkloadSpec,
-    designed_cached_tokens,
     level_count,
-    prompts_at,
 )
 
 STREAMS_PER_CLIENT_PROCESS = 128
@@ -106,7 +105,8 @@ REQUEST_RATE = "inf"
 json.dumps spells ``Infinity``: not JSON. The string "inf" is, and ``float()`` reads it back (as SGLang's
 other string value, "trace", shows, the key is a number or a string already)."""
 DATASET_NAMES = {RANDOM_IDS: RANDOM_IDS, SHARED_PREFIX: "generated-shared-prefix"}
-"""sglang.bench_serving's ``--dataset-name`` of each dataset fairbench generates (a file is ``sharegpt``)."""
+"""sglang.bench_serving's ``--dataset-name`` of each dataset fairbench generates (a file is ``sharegpt``, a
+trace its format: ``mooncake``, ``azure``)."""
 DEFAULT_MAX_ERROR_RATE = 0.5
 """The share of a level's requests that may fail before the level is stopped."""
 
@@ -277,7 +277,7 @@ class Sweep:
         """Epoch seconds: when the last point written by this call was on disk."""
 
     def prepare(
-        self, workload: Workload, api: ApiFormat, level: float, repeat: int, count: int, *, phase: str
+        self, workload: PromptSource, api: ApiFormat, level: float, repeat: int, count: int, *, phase: str
     ) -> list[PreparedRequest]:
         tag = level_tag(level, open_loop=self.spec.open_loop)
         prompts = workload.prompts(count, level=tag, repeat=repeat, phase=phase)
@@ -409,7 +409,7 @@ class Sweep:
         ) as client:
             model = await self.model(client)
             vocabulary = await self.vocabulary(client)
-            workload = Workload(spec.workload, vocabulary)
+            workload = prompt_source(spec.workload, vocabulary)
             self.results.prepare(spec.settings(vocabulary, model), resume=resume)
             identity = self.identity()
             self.results.discard_partial()
@@ -538,7 +538,7 @@ class Sweep:
     async def _measure_point(
         self,
         client: StreamClient,
-        workload: Workload,
+        workload: PromptSource,
         level: float,
         repeat: int,
         energy: EnergySampler | None = None,
@@ -548,7 +548,7 @@ class Sweep:
     ) -> tuple[dict[str, Any], list[RequestRecord]]:
         spec = self.spec
         pid = spec.point_id(level, repeat)
-        count = prompts_at(spec.prompts_per_level, level)
+        count = workload.measured_count(spec.prompts_per_level, level)
         warmup_count = spec.warmup.at(level)
         requests = self.prepare(workload, client.api, level, repeat, count, phase="measure")
         prompts = [request.prompt for request in requests]
@@ -564,6 +564,7 @@ class Sweep:
                 client,
                 self.prepare(workload, client.api, level, repeat, warmup_count, phase="warmup"),
                 level,
+                workload,
                 seed=f"{pid}-warmup",
                 max_error_rate=None,
             )
@@ -581,7 +582,9 @@ class Sweep:
                 energy.start()
             if self._server_metrics is not None:
                 self._server_metrics.begin()
-            measured = await self._loop(client, requests, level, seed=pid, max_error_rate=spec.max_error_rate)
+            measured = await self._loop(
+                client, requests, level, workload, seed=pid, max_error_rate=spec.max_error_rate
+            )
             scrapes = self._server_metrics.end() if self._server_metrics is not None else None
             gpu_energy = self._stop_energy(energy, pid)
         records = sorted(measured.records, key=lambda record: record.index)
@@ -594,7 +597,9 @@ class Sweep:
         window = steady_window(records, in_flight) if closed_loop else None
         server = server_fields(scrapes, window) if scrapes is not None else {}
         energy_fields = point_fields(gpu_energy, int(metrics["total_output_tokens"]))
-        sharegpt = spec.workload.dataset not in GENERATED
+        dataset = spec.workload.dataset
+        sharegpt = dataset not in GENERATED
+        replay = workload if isinstance(workload, TraceReplay) else None
         point: dict[str, Any] = {
             **identity.to_json(),
             "point_id": pid,
@@ -603,14 +608,17 @@ class Sweep:
             # sglang.bench_serving's arguments, as it names them in its result line.
             "tag": None,  # its --tag, a label of the user's; fairbench takes none: the identity names the run
             "backend": BACKEND_NAMES[spec.api],
-            "dataset_name": "sharegpt" if sharegpt else DATASET_NAMES[spec.workload.dataset],
+            # A trace's: its format, as sglang.bench_serving names a Mooncake replay ("mooncake").
+            "dataset_name": "sharegpt" if sharegpt else replay.format if replay else DATASET_NAMES[dataset],
             "request_rate": level if spec.open_loop else REQUEST_RATE,
             "max_concurrency": in_flight,
             # Its override of every ShareGPT output length, as fairbench's output_len is; None otherwise.
             "sharegpt_output_len": spec.workload.output_len if sharegpt else None,
-            "random_input_len": spec.workload.input_len,
-            "random_output_len": spec.workload.output_len,
-            "random_range_ratio": spec.workload.range_ratio,
+            # A trace's requests have their own lengths.
+            "random_input_len": None if replay else spec.workload.input_len,
+            "random_output_len": None if replay else spec.workload.output_len,
+            "random_range_ratio": None if replay else spec.workload.range_ratio,
+            **({"trace_speedup": replay.speedup(level)} if replay else {}),
             **metrics,
             **(open_loop_fields(records, spec) if spec.open_loop else {}),
             **objectives,
@@ -619,7 +627,7 @@ class Sweep:
             "num_prompts": count,
             "warmup_requests": warmup_count,
             "warmup_failed": warmup_failed,
-            **cache_metrics(records, designed_cached_tokens(prompts, cache_state), cache_state),
+            **cache_metrics(records, workload.designed_cached_tokens(prompts, cache_state), cache_state),
             **({"primers_failed": primers_failed} if cache_state == PRIMED else {}),
             "stopped_early": measured.stopped_early,
             # With one process, includes the energy sampler thread's CPU (tests/perf/energy_check.py).
@@ -647,7 +655,7 @@ class Sweep:
         return point, records
 
     async def _prime(
-        self, client: StreamClient, workload: Workload, level: float, repeat: int, prompts: list[Prompt]
+        self, client: StreamClient, workload: PromptSource, level: float, repeat: int, prompts: list[Prompt]
     ) -> int:
         """Send each group's system prompt of ``prompts`` once, at most the level's requests in flight, so
         that the cache holds them when the point starts; the primers that failed (each with a note)."""
@@ -666,16 +674,19 @@ class Sweep:
         client: StreamClient,
         requests: list[PreparedRequest],
         level: float,
+        workload: PromptSource,
         *,
         seed: str,
         max_error_rate: float | None,
     ) -> PhaseResult:
         """One phase of a point: a closed loop at concurrency ``level``, or an open loop of arrivals at rate
-        ``level`` drawn from ``seed`` (the point's id and phase, with the workload's seed), in this process
-        or over the client's worker processes."""
+        ``level``, a trace's (``TraceReplay.offsets_s``) or drawn from ``seed`` (the point's id and phase,
+        with the workload's seed), in this process or over the client's worker processes."""
         spec = self.spec
         offsets = None
-        if spec.open_loop:
+        if isinstance(workload, TraceReplay):
+            offsets = workload.offsets_s(level, len(requests))
+        elif spec.open_loop:
             offsets = arrival_offsets_s(
                 len(requests),
                 level,

@@ -1,5 +1,5 @@
 """Prompts for a sweep point: exact-length random token ids, a local ShareGPT-style file, or groups of
-prompts that share a system prompt.
+prompts that share a system prompt. (A request trace's are built by ``measure.trace_replay``.)
 
 Every point gets its own prompts, derived from (seed, phase, concurrency, repeat)
 alone: a campaign is reproducible bit for bit, and no two points (nor a point and
@@ -17,6 +17,7 @@ from array import array
 from dataclasses import dataclass, fields, replace
 from fractions import Fraction
 from pathlib import Path
+from typing import Protocol
 
 from fairbench.measure.bounds import COUNT_FACTOR, REQUESTS
 from fairbench.measure.vocabulary import Vocabulary
@@ -29,9 +30,12 @@ DEFAULT_API = APIS[0]
 RANDOM_IDS = "random-ids"
 """The dataset of random token ids of exact lengths."""
 SHARED_PREFIX = "shared-prefix"
-"""The dataset of groups of prompts sharing a system prompt (``SharedPrefix``); any other dataset than it and
-``RANDOM_IDS`` is a ShareGPT-style file."""
-GENERATED = (RANDOM_IDS, SHARED_PREFIX)
+"""The dataset of groups of prompts sharing a system prompt (``SharedPrefix``)."""
+TRACE = "trace"
+"""The dataset of a request trace's window (``TraceWindow``): its requests' lengths and shared blocks, each
+sent at its time in the trace (``measure.trace_replay``). Any other dataset than these three is a
+ShareGPT-style file."""
+GENERATED = (RANDOM_IDS, SHARED_PREFIX, TRACE)
 """The datasets fairbench generates, of exact lengths in tokens."""
 GROUPED = "grouped"
 """A shared-prefix point sends each group's prompts one after another, group after group."""
@@ -95,6 +99,8 @@ class Prompt:
     own."""
     group: int | None = None
     """The shared-prefix group of the prompt; None outside a shared-prefix workload."""
+    hash_ids: tuple[int, ...] = ()
+    """A trace's blocks of the prompt's content, in order (``measure.traces.TraceRequest.hash_ids``)."""
 
     @property
     def shared_len(self) -> int:
@@ -153,6 +159,26 @@ SHARED_PREFIX_KEYS = tuple(field.name for field in fields(SharedPrefix))
 
 
 @dataclass(frozen=True, slots=True)
+class TraceWindow:
+    """The part of a request trace a sweep replays: the requests from ``start_s`` seconds after the trace's
+    first, for ``duration_s`` seconds, at most ``count`` of them (None: no end, no bound). ``path`` is a
+    Mooncake ``.jsonl`` or an Azure ``.csv`` trace (``measure.traces``)."""
+
+    path: str
+    start_s: float = 0.0
+    duration_s: float | None = None
+    count: int | None = None
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.start_s) and self.start_s >= 0):
+            raise WorkloadError(f"trace.start_s: {self.start_s} must be a number of seconds >= 0")
+        if self.duration_s is not None and not (math.isfinite(self.duration_s) and self.duration_s > 0):
+            raise WorkloadError(f"trace.duration_s: {self.duration_s} must be a number of seconds > 0")
+        if self.count is not None and self.count < 2:
+            raise WorkloadError(f"trace.count: {self.count} must be at least 2 (a replay's rate needs two)")
+
+
+@dataclass(frozen=True, slots=True)
 class WorkloadSpec:
     """How to build prompts. ``dataset`` is ``random-ids``, ``shared-prefix`` (with ``shared_prefix``, whose
     lengths make ``input_len``) or a path to a ShareGPT-style JSON file."""
@@ -171,10 +197,15 @@ class WorkloadSpec:
     """The groups of the ``shared-prefix`` dataset; None for any other."""
     cache_state: str = DEFAULT_CACHE_STATE
     """What the prefix cache holds when each point's measurement starts: one of ``CACHE_STATES``."""
+    trace: TraceWindow | None = None
+    """The window of the ``trace`` dataset, whose requests set their own lengths (``input_len`` and
+    ``output_len`` are unused); None for any other."""
 
     def __post_init__(self) -> None:
         if (self.dataset == SHARED_PREFIX) != (self.shared_prefix is not None):
             raise WorkloadError(f"shared_prefix: given exactly when the dataset is {SHARED_PREFIX}")
+        if (self.dataset == TRACE) != (self.trace is not None):
+            raise WorkloadError(f"trace: given exactly when the dataset is {TRACE}")
         if self.shared_prefix is not None and self.input_len != self.shared_prefix.input_len:
             raise WorkloadError(
                 f"input_len: {self.input_len} must be the shared prefix's system_prompt_len + question_len, "
@@ -223,6 +254,25 @@ def _random_text(rng: random.Random, length: int) -> str:
     return " ".join(rng.choices(_WORDS, k=length))
 
 
+class Tokens:
+    """Draws a prompt's content: random token ids from ``ids``, or words where prompts are text."""
+
+    def __init__(self, as_text: bool, ids: array[int]) -> None:
+        self.as_text = as_text
+        self._ids = ids
+
+    def draw(self, rng: random.Random, length: int) -> list[int] | str:
+        return _random_text(rng, length) if self.as_text else _random_ids(rng, length, self._ids)
+
+
+def usable_ids(spec: WorkloadSpec, vocabulary: Vocabulary | None) -> array[int]:
+    """The ids a spec's random prompts are drawn from (none where it sends text); WorkloadError when it
+    sends token ids and no vocabulary was given."""
+    if spec.sends_token_ids and vocabulary is None:
+        raise WorkloadError("random-ids prompts need the served model's vocabulary (none was given)")
+    return array("I", vocabulary.usable_ids() if vocabulary and spec.sends_token_ids else ())
+
+
 def _load_sharegpt(path: Path) -> list[str]:
     """First human turn of every conversation with at least two turns."""
     try:
@@ -249,6 +299,32 @@ def _load_sharegpt(path: Path) -> list[str]:
     return prompts
 
 
+def point_seed(seed: int, phase: str, level: str, repeat: int) -> str:
+    """The seed of one point's prompts (a string: random.Random hashes it with SHA-512, stable across runs
+    and versions)."""
+    return f"fairbench/{seed}/{phase}/{level}/r{repeat}"
+
+
+class PromptSource(Protocol):
+    """What builds a sweep's prompts: ``Workload``, or a trace's ``trace_replay.TraceReplay``."""
+
+    def measured_count(self, per_level: LevelCount, level: float) -> int:
+        """The requests a point at ``level`` measures."""
+        ...
+
+    def prompts(self, count: int, *, level: str, repeat: int, phase: str = "measure") -> list[Prompt]:
+        """The ``count`` prompts of one point, in the order they are sent."""
+        ...
+
+    def primers(self, prompts: list[Prompt]) -> list[Prompt]:
+        """What ``cache_state: primed`` sends before the point's clock starts."""
+        ...
+
+    def designed_cached_tokens(self, prompts: list[Prompt], cache_state: str) -> dict[int, int]:
+        """Each prompt's cached tokens by design, by index."""
+        ...
+
+
 class Workload:
     """Builds the prompts of each point of a sweep; random token ids come from ``vocabulary``, which a
     spec that sends token ids must be given."""
@@ -256,16 +332,14 @@ class Workload:
     def __init__(self, spec: WorkloadSpec, vocabulary: Vocabulary | None = None) -> None:
         self.spec = spec
         self._texts = None if spec.dataset in GENERATED else _load_sharegpt(Path(spec.dataset))
-        if spec.sends_token_ids and vocabulary is None:
-            raise WorkloadError("random-ids prompts need the served model's vocabulary (none was given)")
-        self._ids = array("I", vocabulary.usable_ids() if vocabulary and spec.sends_token_ids else ())
+        self._ids = usable_ids(spec, vocabulary)
+        self._tokens = Tokens(spec.as_text, self._ids)
 
     def prompts(self, count: int, *, level: str, repeat: int, phase: str = "measure") -> list[Prompt]:
         """The ``count`` prompts of one point at ``level`` (its tag, ``results.level_tag``: ``c16``);
         ``phase`` separates warmup from measurement."""
         spec = self.spec
-        # A string seed is hashed with SHA-512 by random.Random: stable across runs and versions.
-        rng = random.Random(f"fairbench/{spec.seed}/{phase}/{level}/r{repeat}")
+        rng = random.Random(point_seed(spec.seed, phase, level, repeat))
         if spec.shared_prefix is not None:
             return self._shared_prefix_prompts(spec.shared_prefix, count, rng)
         prompts = []
@@ -283,24 +357,27 @@ class Workload:
             prompts.append(Prompt(index, prompt, input_len, output_len))
         return prompts
 
-    def _tokens(self, rng: random.Random, length: int) -> list[int] | str:
-        return _random_text(rng, length) if self.spec.as_text else _random_ids(rng, length, self._ids)
-
     def _shared_prefix_prompts(self, shared: SharedPrefix, count: int, rng: random.Random) -> list[Prompt]:
         """``count`` prompts in ``shared``'s groups: the groups' system prompts drawn first, then each
         prompt's question, then (shuffled order) the order; each prompt keeps its index in the point."""
         groups = min(shared.groups, -(-count // shared.prompts_per_group))
-        systems = [self._tokens(rng, shared.system_prompt_len) for _ in range(groups)]
+        systems = [self._tokens.draw(rng, shared.system_prompt_len) for _ in range(groups)]
         output_len = self.spec.output_len
         prompts = []
         for index in range(count):
             group = shared.group_of(index)
-            question = self._tokens(rng, shared.question_len)
+            question = self._tokens.draw(rng, shared.question_len)
             prompts.append(Prompt(index, question, shared.input_len, output_len, systems[group], group))
         if shared.order == SHUFFLED:
             rng.shuffle(prompts)
             prompts = [replace(prompt, index=index) for index, prompt in enumerate(prompts)]
         return prompts
+
+    def measured_count(self, per_level: LevelCount, level: float) -> int:
+        return prompts_at(per_level, level)
+
+    def designed_cached_tokens(self, prompts: list[Prompt], cache_state: str) -> dict[int, int]:
+        return designed_cached_tokens(prompts, cache_state)
 
     def primers(self, prompts: list[Prompt]) -> list[Prompt]:
         """One request per group of ``prompts`` (its system prompt alone), in the order the groups first
