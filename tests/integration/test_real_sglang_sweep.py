@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from tests.support.real_sglang import RealServer
 
+from fairbench.measure.traces import MOONCAKE_BLOCK_TOKENS
+
 # One pytest worker runs every test of real SGLang, so that one server start serves them all.
 pytestmark = pytest.mark.xdist_group("real_sglang")
 
@@ -26,8 +28,10 @@ WORKLOAD = ("--input-len", "128", "--output-len", "16", "--concurrency", "1,8", 
 METRICS = ("--server-metrics-interval", "0.2")
 
 
-def _sweep(url: str, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    command = [*FAIRBENCH, "sweep", "--url", url, "--out", str(out), "--progress", "lines", *WORKLOAD]
+def _sweep(
+    url: str, out: Path, *extra: str, workload: tuple[str, ...] = WORKLOAD
+) -> subprocess.CompletedProcess[str]:
+    command = [*FAIRBENCH, "sweep", "--url", url, "--out", str(out), "--progress", "lines", *workload]
     command += [*METRICS, *extra]
     return subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
 
@@ -68,6 +72,42 @@ def test_every_request_completes_and_the_server_lives(
         assert vocabulary["source"].startswith(str(real_sglang.model_dir))
         assert "token ids: 512 less 1 special" in done.stderr
     assert real_sglang.alive() and _healthy(real_sglang)
+
+
+def test_a_replayed_trace_reaches_sglang_at_its_scheduled_times_and_its_cache_as_designed(
+    real_sglang: RealServer, tmp_path: Path
+) -> None:
+    """SGLang's own clock (``meta_info.request_received_ts``, with the lab's --enable-metrics) against the
+    trace's schedule, and its cache against the trace's hash ids: every 160 ms a request opening with one of
+    two shared prefixes (two blocks, or one), then tokens of its own."""
+    prefixes = ([1, 2], [3])
+    trace = tmp_path / "trace.jsonl"
+    rows = [
+        {
+            "timestamp": 160 * index,
+            "input_length": len(prefixes[index % 2]) * MOONCAKE_BLOCK_TOKENS + 40 + index,
+            "output_length": 8,
+            "hash_ids": prefixes[index % 2],
+        }
+        for index in range(24)
+    ]
+    trace.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    out = tmp_path / "out"
+    replay = ("--trace", str(trace), "--trace-speedup", "1.5", "--warmup", "0", "--flush-cache")
+    done = _sweep(real_sglang.url, out, "--api", "generate", "--seed", "12", workload=replay)
+    assert done.returncode == 0, done.stderr + real_sglang.log_tail()
+    (point,) = [json.loads(line) for line in (out / "points.jsonl").read_text().splitlines()]
+    assert (point["completed"], point["failed"], point["dataset_name"]) == (24, 0, "mooncake"), point
+    assert point["request_rate"] == pytest.approx(1.5 * 23 / (160 * 23 / 1000))
+    # Each request reached SGLang within milliseconds of its time in the trace (sped up 1.5 times).
+    assert point["server_arrival_delay_median_ms"] < 25, point["server_arrival_delay_median_ms"]
+    assert point["server_arrival_delay_max_ms"] < 250, point["server_arrival_delay_max_ms"]
+    # Every request but each prefix's first finds its blocks, as SGLang's own counts say.
+    designed = 11 * 2 * MOONCAKE_BLOCK_TOKENS + 11 * MOONCAKE_BLOCK_TOKENS
+    assert point["designed_cached_tokens"] == designed
+    assert designed <= point["cached_tokens"] <= designed + 24, point["cached_tokens"]
+    assert point["cached_tokens"] == point["server_cached_tokens"]
+    assert real_sglang.alive()
 
 
 @pytest.mark.ends_real_sglang

@@ -55,6 +55,8 @@ def test_a_replay_sends_each_request_at_its_scaled_time_with_the_traces_sharing(
         # ... and sent then: a replay is late by its client's wake-ups only (tests/perf holds the bound).
         assert statistics.median(r["send_delay_ns"] for r in records) < 20e6, point["median_send_delay_ms"]
         assert point["achieved_request_rate"] == pytest.approx(point["request_rate"], rel=0.15)
+        # The server's own clock says the same: each request reached it within milliseconds of its time.
+        assert point["server_arrival_delay_median_ms"] < 20, point["server_arrival_delay_median_ms"]
         # What the trace's hash ids share, the cache serves, as the responses and the counter both say;
         # the design (an unbounded cache, one request at a time) bounds it.
         assert point["designed_cached_tokens"] == sum(reusable_tokens(window))

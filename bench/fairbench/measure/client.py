@@ -62,6 +62,9 @@ class StreamCounts:
     cached_tokens: int | None = None
     """The prompt tokens the server says came from its prefix cache (:func:`_cached_tokens`); None when
     the stream did not say."""
+    server_received_s: float | None = None
+    """``meta_info.request_received_ts`` of the last event (epoch seconds): when SGLang's tokenizer manager
+    received the request (``/generate`` with ``--enable-metrics``); None when the stream did not say."""
 
 
 def _excerpt(text: str) -> str:
@@ -134,6 +137,14 @@ def _server_sent_s(data: dict[str, Any]) -> float | None:
     meta = data.get("meta_info")
     sent = meta.get("response_sent_to_client_ts") if isinstance(meta, dict) else None
     return float(sent) if isinstance(sent, int | float) and not isinstance(sent, bool) else None
+
+
+def _server_received_s(data: dict[str, Any] | None) -> float | None:
+    """``meta_info.request_received_ts``, which SGLang puts on a stream's last event with
+    ``--enable-metrics``."""
+    meta = data.get("meta_info") if data is not None else None
+    received = meta.get("request_received_ts") if isinstance(meta, dict) else None
+    return float(received) if isinstance(received, int | float) and not isinstance(received, bool) else None
 
 
 def _unreachable_reason(exc: BaseException, url: str, connect_timeout: float, answer_timeout: float) -> str:
@@ -333,6 +344,7 @@ class StreamParser:
             self._prompt_len,
             self.server_sent_s,
             _cached_tokens(self._last),
+            _server_received_s(self._last),
         )
 
 
@@ -523,6 +535,8 @@ class StreamClient:
         record.cached_tokens = counts.cached_tokens
         if counts.server_sent_s is not None:
             record.server_sent_ns = round(counts.server_sent_s * 1e9) - self._epoch_offset_ns
+        if counts.server_received_s is not None:
+            record.server_received_ns = round(counts.server_received_s * 1e9) - self._epoch_offset_ns
         if counts.output_len != prompt.output_len:
             record.error = (
                 f"output length {counts.output_len} != requested {prompt.output_len} "

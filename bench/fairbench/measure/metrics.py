@@ -196,6 +196,20 @@ def server_send_gap_ns(record: RequestRecord) -> int | None:
     return record.chunk_ns[0] - record.server_sent_ns
 
 
+def server_arrival_delay_ns(record: RequestRecord) -> int | None:
+    """How long after it was due a request reached the server: server_received_ns - start_ns; None when the
+    server did not say when it received it.
+
+    start_ns is the request's scheduled time in an open loop (its send in a closed loop), so this holds
+    the client's send delay, the way to the server and the server's own reading of it up to its tokenizer
+    manager: a replay whose requests reach the server on schedule shows a few milliseconds at most. Across
+    machines it also holds the offset between their clocks (see RequestRecord.server_sent_ns).
+    """
+    if record.server_received_ns is None:
+        return None
+    return record.server_received_ns - record.start_ns
+
+
 def _one_token_per_later_chunk(record: RequestRecord) -> bool:
     """Whether every chunk after the first carried exactly one token: then token ITL = chunk ITL."""
     later_tokens = record.chunk_tokens[1:]
@@ -317,6 +331,9 @@ def point_metrics(
     - server_send_gap_{median,p99,max}_ms: statistics of :func:`server_send_gap_ns` (chunk_ns[0] -
       server_sent_ns) over the ok requests that have it, median and p99 as above; only when one has it
       (SGLang's ``/generate`` reports its send time, the OpenAI APIs do not)
+    - server_arrival_delay_{median,p99,max}_ms: statistics of :func:`server_arrival_delay_ns`
+      (server_received_ns - start_ns) over the ok requests that have it; only when one has it (SGLang's
+      ``/generate`` with ``--enable-metrics``)
     - failed = number of failed requests; error_rate = failed / number of requests (0 for none)
     """
     if not duration_s > 0:
@@ -389,6 +406,11 @@ def point_metrics(
         metrics["server_send_gap_median_ms"] = _median_of_sorted(send_gaps) / NS_PER_MS
         metrics["server_send_gap_p99_ms"] = _percentile_of_sorted(send_gaps, 99) / NS_PER_MS
         metrics["server_send_gap_max_ms"] = send_gaps[-1] / NS_PER_MS
+    arrivals = sorted(delay for delay in map(server_arrival_delay_ns, succeeded) if delay is not None)
+    if arrivals:
+        metrics["server_arrival_delay_median_ms"] = _median_of_sorted(arrivals) / NS_PER_MS
+        metrics["server_arrival_delay_p99_ms"] = _percentile_of_sorted(arrivals, 99) / NS_PER_MS
+        metrics["server_arrival_delay_max_ms"] = arrivals[-1] / NS_PER_MS
     failed = len(records) - completed
     metrics["failed"] = failed
     metrics["error_rate"] = failed / len(records) if records else 0.0

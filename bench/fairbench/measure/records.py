@@ -53,6 +53,11 @@ class RequestRecord:
     machine reads the same clock, so ``chunk_ns[0] - server_sent_ns`` is the way from the server's send
     to the client's read; on another machine it also holds the offset between the two clocks. None when
     the server did not say (the OpenAI APIs never do), and in files written before it existed."""
+    server_received_ns: int | None = None
+    """When the server received the request, on this record's clock: SGLang's ``/generate`` with
+    ``--enable-metrics`` reports it (``meta_info.request_received_ts``, epoch seconds, when its tokenizer
+    manager took the request, on its last event), converted as ``server_sent_ns`` is. None when the server
+    did not say, and in files written before it existed."""
     cached_tokens: int | None = None
     """The prompt tokens the server says it took from its prefix cache (``/generate``'s
     ``meta_info.cached_tokens``; the OpenAI APIs' ``usage.prompt_tokens_details.cached_tokens``, which
