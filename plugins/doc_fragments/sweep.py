@@ -14,6 +14,11 @@ options:
     description: The campaign's workload, as fairbench_campaign returns it.
     type: dict
     required: true
+  data_dir:
+    description:
+      - Where the workload's file (a ShareGPT-style dataset, or a replayed trace) is on this host, by its
+        name (the bench role copies it there). Default the path the workload names.
+    type: path
   out:
     description: The results directory of this config.
     type: path

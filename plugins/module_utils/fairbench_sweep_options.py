@@ -8,6 +8,7 @@ from typing import Any
 SWEEP_ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "url": {"type": "str", "required": True},
     "workload": {"type": "dict", "required": True},
+    "data_dir": {"type": "path"},
     "out": {"type": "path", "required": True},
     "model": {"type": "str"},
     "gpus": {"type": "int"},

@@ -38,7 +38,10 @@ EXAMPLES = r"""
 
 RETURN = r"""
 ansible_facts:
-  description: C(fairbench_campaign), the expanded campaign (configs with unit, argv, env; workload).
+  description:
+    - C(fairbench_campaign), the expanded campaign (configs with unit, argv, env; workload).
+    - C(fairbench_workload_file), the local file the workload reads (its ShareGPT-style dataset or its
+      trace), which every host gets a copy of; null for a generated dataset.
   returned: success
   type: dict
 run_id:
@@ -82,9 +85,8 @@ def main() -> None:
         module.fail_json(msg="\n".join(exc.messages), errors=exc.messages)
     for warning in campaign.warnings:
         module.warn(warning)
-    module.exit_json(
-        changed=False, run_id=run_id or new_run_id(), ansible_facts={"fairbench_campaign": campaign.to_json()}
-    )
+    facts = {"fairbench_campaign": campaign.to_json(), "fairbench_workload_file": campaign.workload.file}
+    module.exit_json(changed=False, run_id=run_id or new_run_id(), ansible_facts=facts)
 
 
 if __name__ == "__main__":

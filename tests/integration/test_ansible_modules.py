@@ -382,6 +382,57 @@ def test_sweep_module_writes_points_then_changes_nothing_on_resume(tmp_path: Pat
     assert again["planned"] == [] and again["written"] == []
 
 
+TRACE_CAMPAIGN = """\
+name: replay
+engine: sim
+model: org/model-7b
+configs: {base: {}}
+workload: {api: completions, dataset: trace, trace: {path: traces/four.jsonl, start_s: 0.1},
+           trace_speedup: [2], warmup: 0, vocab_size: 163840}
+"""
+
+
+def test_a_traces_file_goes_with_the_campaign_and_is_found_by_its_name_on_the_host(
+    tmp_path: Path, sim_url: str
+) -> None:
+    """The campaign module names the trace as the workload's file (which the bench role copies to every
+    host); the sweep module reads it by its name in data_dir, the campaign's copy gone."""
+    (tmp_path / "traces").mkdir()
+    trace = tmp_path / "traces" / "four.jsonl"
+    rows = [
+        {"timestamp": 100 * i, "input_length": 600, "output_length": 4, "hash_ids": [7, i]} for i in range(5)
+    ]
+    trace.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    campaign = tmp_path / "replay.yml"
+    campaign.write_text(TRACE_CAMPAIGN)
+    loaded = run_play(tmp_path, [_load_task(str(campaign))])["Load"]
+    assert not loaded.get("failed"), loaded
+    assert loaded["ansible_facts"]["fairbench_workload_file"] == str(trace)
+    workload = loaded["ansible_facts"]["fairbench_campaign"]["workload"]
+    # What the trace sets itself is derived again where the workload is read: its window and speedups only.
+    assert workload == {
+        "api": "completions",
+        "dataset": "trace",
+        "trace": {"path": str(trace), "start_s": 0.1},
+        "trace_speedup": [2.0],
+        "max_concurrency": 4,
+        "warmup": 0,
+        "repeats": 1,
+        "seed": 1,
+        "vocab_size": 163840,
+    }
+    host_data = tmp_path / "host-data"
+    host_data.mkdir()
+    trace.rename(host_data / trace.name)
+    task = {"url": sim_url, "workload": workload, "out": str(tmp_path / "out"), "data_dir": str(host_data)}
+    result = run_play(tmp_path, [{"name": "Sweep", fqcn("fairbench_sweep"): task}])["Sweep"]
+    assert not result.get("failed"), result
+    (point,) = [json.loads(line) for line in (tmp_path / "out" / "points.jsonl").read_text().splitlines()]
+    # The window from 0.1 s: four requests 100 ms apart, sent twice as fast, the second block their own.
+    assert (point["completed"], point["trace_speedup"], point["request_rate"]) == (4, 2.0, 20.0)
+    assert point["designed_cached_tokens"] == 3 * 512
+
+
 def test_sweep_module_spreads_the_client_over_processes_spawned_under_ansible(
     tmp_path: Path, sim_url: str
 ) -> None:

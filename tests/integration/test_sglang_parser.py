@@ -25,6 +25,10 @@ from fairbench.campaign.sglang_parser import check_campaign, parse_argvs, venv_p
 from fairbench.cli import validate as campaign_cli
 from fairbench.sim.args import flag_table
 
+# With the real-SGLang tests, in one pytest worker: the venv they all need is built (or waited for) once,
+# by one worker, while the other runs the rest.
+pytestmark = pytest.mark.xdist_group("real_sglang")
+
 REPO = Path(__file__).resolve().parents[2]
 CAMPAIGNS = sorted((REPO / "campaigns").glob("*.yml"))
 

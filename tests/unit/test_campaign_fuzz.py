@@ -169,7 +169,10 @@ def test_a_key_added_anywhere(data: st.DataObject) -> None:
 REQUIRED = [("name",), ("engine",), ("model",), ("configs",), ("workload",)] + [
     ("workload", key) for key in ("api", "dataset", "input_len", "output_len", "prompts_per_level", "warmup")
 ]
-NO_LOAD = f"{SOURCE}: workload: needs concurrency (a closed loop) or request_rate (an open loop)"
+NO_LOAD = (
+    f"{SOURCE}: workload: needs concurrency (a closed loop), request_rate (an open loop) or trace_speedup (a "
+    "replayed trace)"
+)
 """Without concurrency, a workload has no load: request_rate would be the other."""
 
 

@@ -16,6 +16,7 @@ import yaml
 
 from fairbench.campaign.findings import CampaignError
 from fairbench.campaign.load import load_campaign, parse_campaign
+from fairbench.campaign.model import LOADS, TRACE_SETS
 from fairbench.campaign.schema import campaign_schema, main, schema_text
 from fairbench.campaign.sglang_flags import sglang_flags
 
@@ -55,6 +56,16 @@ OPEN_LOOP: dict[str, Any] = {
     },
 }
 """VALID as an open loop."""
+TRACE: dict[str, Any] = {
+    **VALID,
+    "workload": {
+        **{key: value for key, value in VALID["workload"].items() if key not in (*TRACE_SETS, *LOADS)},
+        "dataset": "trace",
+        "trace": {"path": "tests/fixtures/traces/sample.jsonl"},
+        "trace_speedup": [1.0],
+    },
+}
+"""VALID as a replayed trace (a sample written by ``fairbench trace sample``)."""
 
 
 def without_workload_key(base: dict[str, Any], key: str) -> dict[str, Any]:
@@ -287,6 +298,10 @@ RANGE_CONTEXT: dict[str, dict[str, Any]] = {
     "workload.max_concurrency": OPEN_LOOP,
     "workload.burstiness": OPEN_LOOP,
     "workload.search_resolution": {**VALID, "slo": {"ttft_p99_ms": 2000}},
+    "workload.trace.start_s": TRACE,
+    "workload.trace.duration_s": TRACE,
+    "workload.trace.count": TRACE,
+    "workload.trace_speedup.0": TRACE,
     "workload.repeats.min": edited(["workload", "repeats"], {"max": 1000}),
     "workload.repeats.max": edited(["workload", "repeats"], {"min": 2}),
 }

@@ -19,6 +19,8 @@ from fairbench.campaign.schema import campaign_schema
 from fairbench.campaign.workload import workload_from_json
 from fairbench.measure.repeats import AutoRepeats, repeats_to_json
 from fairbench.measure.slo import SLO_KEY_RULE, SLO_LIMIT_RULE, SloTarget
+from fairbench.measure.trace_replay import load_window, own_rate
+from fairbench.measure.workload import TraceWindow
 
 SOURCE = "campaigns/x.yml"
 VALIDATOR = jsonschema.Draft202012Validator(campaign_schema())
@@ -323,13 +325,13 @@ def test_nx_at_a_rate_is_n_seconds_of_arrivals_rounded_up() -> None:
     [
         pytest.param(
             changed({"concurrency": DELETE}),
-            "workload: needs concurrency (a closed loop) or request_rate (an open loop)",
+            "workload: needs concurrency (a closed loop), request_rate (an open loop) or trace_speedup (a "
+            "replayed trace)",
             id="neither",
         ),
         pytest.param(
             open_loop(concurrency=[1]),
-            "workload: has both concurrency and request_rate: give concurrency for a closed loop or "
-            "request_rate for an open one",
+            "workload: has concurrency and request_rate: give one (the levels of one kind of load)",
             id="both",
         ),
         pytest.param(
@@ -506,5 +508,136 @@ def test_the_schema_takes_every_form_the_loader_takes(document: dict[str, Any]) 
     ],
 )
 def test_the_schema_refuses_what_the_loader_refuses(document: dict[str, Any]) -> None:
+    errors_of(document)
+    assert list(VALIDATOR.iter_errors(document)) != []
+
+
+# --- a replayed trace ------------------------------------------------------------------------------
+
+SAMPLE = "tests/fixtures/traces/sample.jsonl"
+"""A trace written by ``fairbench trace sample`` (50 requests at 20 req/s), relative to the repository."""
+TRACE = {
+    **{key: DELETE for key in ("concurrency", "input_len", "output_len", "prompts_per_level")},
+    "dataset": "trace",
+    "trace": {"path": SAMPLE, "count": 20},
+    "trace_speedup": [1, 4],
+}
+"""The workload's edits that make VALID a replayed trace."""
+
+
+def replayed(**workload: Any) -> dict[str, Any]:
+    return changed({**TRACE, **workload})
+
+
+def test_a_trace_is_replayed_at_its_windows_own_rate_times_each_speedup() -> None:
+    workload = parse(replayed()).workload
+    window = load_window(TraceWindow(str(Path(SAMPLE).absolute()), count=20))
+    assert workload.trace == TraceWindow(str(Path(SAMPLE).absolute()), count=20)
+    assert workload.request_rate == pytest.approx([own_rate(window), 4 * own_rate(window)])
+    assert workload.open_loop and workload.arrival == "trace" and workload.max_concurrency == 20
+    assert workload.input_len == max(request.input_len for request in window)
+    assert workload.file == str(Path(SAMPLE).absolute())
+    assert parse(replayed(max_concurrency=8)).workload.max_concurrency == 8
+
+
+def test_a_trace_is_written_as_its_window_and_speedups_and_read_back_on_a_host(tmp_path: Path) -> None:
+    workload = parse(replayed(trace={"path": SAMPLE, "start_s": 0.5})).workload
+    data = workload.to_json()
+    assert {key for key in data} == {
+        "api", "dataset", "trace", "trace_speedup", "max_concurrency", "warmup", "repeats", "seed",
+    }  # fmt: skip
+    # On a host, the trace is found by its name where the bench role copied it.
+    (tmp_path / "sample.jsonl").write_bytes(Path(SAMPLE).read_bytes())
+    on_host = workload_from_json(data, "workload argument", tmp_path)
+    assert on_host.trace is not None and on_host.trace.path == str(tmp_path / "sample.jsonl")
+    assert (
+        on_host.request_rate == workload.request_rate and on_host.max_concurrency == workload.max_concurrency
+    )
+    with pytest.raises(CampaignError, match=r"workload\.trace: .*empty-dir/sample\.jsonl: cannot read"):
+        workload_from_json(data, "workload argument", tmp_path / "empty-dir")
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        pytest.param(
+            replayed(trace=DELETE),
+            "workload.trace: required key is missing: dataset trace replays a trace's window (trace) at "
+            "speedups (trace_speedup)",
+            id="no-window",
+        ),
+        pytest.param(
+            changed({"trace_speedup": [2]}),
+            "workload: has concurrency and trace_speedup: give one (the levels of one kind of load)",
+            id="two-loads",
+        ),
+        pytest.param(
+            changed({"concurrency": DELETE, "trace_speedup": [2]}),
+            "workload.trace_speedup: is a replayed trace's: set dataset: trace, or leave it out",
+            id="speedup-without-trace",
+        ),
+        pytest.param(
+            replayed(output_len=64),
+            "workload.output_len: is the trace's own (its requests' lengths, its window's count, its "
+            "arrivals): leave it out",
+            id="a-length",
+        ),
+        pytest.param(
+            replayed(trace={"path": "traces/missing.jsonl"}),
+            f"workload.trace: {Path('traces/missing.jsonl').absolute()}: cannot read: No such file or "
+            "directory",
+            id="missing",
+        ),
+        pytest.param(
+            replayed(trace={"path": SAMPLE, "start_s": 3600}),
+            f"workload.trace: {Path(SAMPLE).absolute()}: the window (from 3600 s) holds 0 request(s); the "
+            "trace has 50 over",
+            id="empty-window",
+        ),
+        pytest.param(
+            replayed(trace={"path": "sample.txt"}),
+            "workload.trace.path: must be the path of a trace file ending in .jsonl (mooncake), .csv "
+            "(azure), got 'sample.txt'",
+            id="suffix",
+        ),
+        pytest.param(
+            replayed(search_resolution=4),
+            "workload.search_resolution: bisects over concurrency levels: an open loop (trace_speedup) has "
+            "none",
+            id="search",
+        ),
+    ],
+)
+def test_each_trace_rule_has_its_message(document: dict[str, Any], message: str) -> None:
+    messages = errors_of(document)
+    assert any(found.startswith(message) for found in messages), messages
+
+
+def test_a_bad_trace_is_refused_naming_its_line_before_any_host_is_touched(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"timestamp": 0, "input_length": 5, "output_length": 1}\n{"timestamp": 1}\n')
+    (message,) = errors_of(replayed(trace={"path": str(bad)}))
+    assert message == f"workload.trace: {bad}:2: input_length: required key is missing"
+
+
+@pytest.mark.parametrize("document", [replayed(), replayed(max_concurrency=4, cache_state="flushed")])
+def test_the_schema_takes_a_trace_the_loader_takes(document: dict[str, Any]) -> None:
+    assert parse(document).workload.trace is not None
+    assert list(VALIDATOR.iter_errors(document)) == []
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        replayed(trace=DELETE),
+        replayed(trace_speedup=DELETE),
+        replayed(input_len=64),
+        replayed(prompts_per_level=16),
+        replayed(arrival="gamma"),
+        replayed(cache_state="primed"),
+        changed({"trace": {"path": SAMPLE}}),
+    ],
+)
+def test_the_schema_refuses_a_trace_the_loader_refuses(document: dict[str, Any]) -> None:
     errors_of(document)
     assert list(VALIDATOR.iter_errors(document)) != []

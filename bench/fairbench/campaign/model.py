@@ -120,17 +120,23 @@ TOP_REQUIRED = ("name", "engine", "model", "configs", "workload")
 TOP_KEYS = (*TOP_REQUIRED, "common", "start_timeout_s", "placement", "accept_host_differences", "slo")
 CONFIG_KEYS = ("extends", *SECTIONS, "unset", *SCHEDULING_KEYS)
 WORKLOAD_REQUIRED = ("api", "dataset", "input_len", "output_len", "prompts_per_level", "warmup")
-"""Required always (``input_len`` but where ``shared_prefix`` makes it); the load is also required:
-``concurrency`` or ``request_rate`` (``LOADS``)."""
+"""Required always (``input_len`` but where ``shared_prefix`` makes it; none of ``TRACE_SETS`` with a
+trace); the load is also required: ``concurrency``, ``request_rate`` or ``trace_speedup`` (``LOADS``)."""
+TRACE_SETS = ("input_len", "output_len", "prompts_per_level", "arrival", "burstiness")
+"""What a replayed trace sets itself (its requests' lengths, its window's count, its arrivals): refused
+beside ``dataset: trace``."""
 OPEN_LOOP_KEYS = ("request_rate", "arrival", "burstiness", "max_concurrency")
 """An open loop's keys: ``request_rate`` is its levels, the others how requests arrive and how many may be
 in flight. None of them has a meaning beside ``concurrency``."""
-LOADS = ("concurrency", "request_rate")
-"""The keys of a workload's levels, one of which it sets: a closed loop's, or an open loop's."""
+LOADS = ("concurrency", "request_rate", "trace_speedup")
+"""The keys of a workload's levels, one of which it sets: a closed loop's, an open loop's, or a replayed
+trace's (an open loop at its window's own rate times each speedup)."""
 WORKLOAD_KEYS = (
     "api",
     "dataset",
     "shared_prefix",
+    "trace",
+    "trace_speedup",
     "input_len",
     "output_len",
     "cache_state",
@@ -220,8 +226,18 @@ class Workload:
     cache_state: str = DEFAULT_CACHE_STATE
     """What the prefix cache holds when a point's measurement starts (``measure.workload.CACHE_STATES``)."""
     trace: TraceWindow | None = None
-    """The window of a ``trace`` dataset replayed (its levels, ``request_rate``, are its own rate times each
-    speedup: ``measure.trace_replay``); None for any other."""
+    """The window of a ``trace`` dataset replayed; None for any other."""
+    trace_speedup: tuple[float, ...] = ()
+    """A replayed trace's levels as given: its ``request_rate`` is the window's own rate times each
+    (``measure.trace_replay.replay_rates``)."""
+
+    @property
+    def file(self) -> str | None:
+        """The local file the workload reads, which every host needs a copy of: a ShareGPT-style dataset
+        or a trace; None for a generated dataset."""
+        if self.trace is not None:
+            return self.trace.path
+        return self.dataset if self.dataset.endswith(DATASET_SUFFIX) else None
 
     @property
     def open_loop(self) -> bool:
@@ -244,6 +260,8 @@ class Workload:
     def to_json(self) -> dict[str, Any]:
         """The campaign file's spelling. Each optional key is absent rather than null when unset, and a
         closed loop's workload holds no open-loop key: campaign.json is as it was before open loops."""
+        if self.trace is not None:
+            return self._trace_json()
         if self.open_loop:
             load: dict[str, Any] = {
                 "request_rate": list(self.request_rate),
@@ -257,7 +275,6 @@ class Workload:
             "api": self.api,
             "dataset": self.dataset,
             **({} if self.shared_prefix is None else {"shared_prefix": self.shared_prefix.to_json()}),
-            **({} if self.trace is None else {"trace": asdict(self.trace)}),
             "input_len": self.input_len,
             "output_len": self.output_len,
             **({} if self.cache_state == DEFAULT_CACHE_STATE else {"cache_state": self.cache_state}),
@@ -268,6 +285,23 @@ class Workload:
             "seed": self.seed,
             **({} if self.vocab_size is None else {"vocab_size": self.vocab_size}),
             **({} if self.search_resolution is None else {"search_resolution": self.search_resolution}),
+        }
+
+    def _trace_json(self) -> dict[str, Any]:
+        """A replayed trace's spelling: its window and speedups; what the trace sets (its lengths, count,
+        arrivals and rates) is derived from it again where it is read."""
+        assert self.trace is not None
+        return {
+            "api": self.api,
+            "dataset": self.dataset,
+            "trace": {key: value for key, value in asdict(self.trace).items() if value is not None},
+            **({} if self.cache_state == DEFAULT_CACHE_STATE else {"cache_state": self.cache_state}),
+            "trace_speedup": list(self.trace_speedup),
+            "max_concurrency": self.max_concurrency,
+            "warmup": self.warmup.to_json(),
+            "repeats": repeats_to_json(self.repeats),
+            "seed": self.seed,
+            **({} if self.vocab_size is None else {"vocab_size": self.vocab_size}),
         }
 
 

@@ -48,6 +48,7 @@ from fairbench.campaign.model import (
     SECTIONS,
     TOP_KEYS,
     TOP_REQUIRED,
+    TRACE_SETS,
     WORKLOAD_KEYS,
     WORKLOAD_REQUIRED,
 )
@@ -65,12 +66,17 @@ from fairbench.measure.bounds import (
     REPEATS,
     REQUEST_RATE,
     REQUESTS,
+    SPEEDUP,
     START_TIMEOUT_S,
+    TRACE_DURATION_S,
+    TRACE_REQUESTS,
+    TRACE_SECONDS,
     UNIT_LINE_ENDS,
     Bound,
 )
 from fairbench.measure.repeats import AUTO, AutoRepeats
 from fairbench.measure.slo import SLO_KEY, SLO_KEY_RULE, SLO_LIMIT_RULE
+from fairbench.measure.traces import TRACE_FORMATS
 from fairbench.measure.workload import (
     APIS,
     ARRIVALS,
@@ -84,6 +90,8 @@ from fairbench.measure.workload import (
     RANDOM_IDS,
     SHARED_PREFIX,
     SHARED_PREFIX_KEYS,
+    TRACE,
+    TRACE_WINDOW_KEYS,
 )
 from fairbench.sim.args import VALUED_ACTIONS, sglang_version
 
@@ -269,15 +277,26 @@ def _workload() -> Schema:
     schemas: dict[str, Schema] = {
         "api": {"description": "The API every request goes to.", "enum": list(APIS)},
         "dataset": {
-            "description": f"{RANDOM_IDS}, {SHARED_PREFIX} (with shared_prefix), or the path of a local "
-            f"ShareGPT-style {DATASET_SUFFIX} file, relative to the campaign file's directory.",
+            "description": f"{RANDOM_IDS}, {SHARED_PREFIX} (with shared_prefix), {TRACE} (with trace and "
+            f"trace_speedup), or the path of a local ShareGPT-style {DATASET_SUFFIX} file, relative to the "
+            "campaign file's directory.",
             "anyOf": [
                 {"const": RANDOM_IDS},
                 {"const": SHARED_PREFIX},
+                {"const": TRACE},
                 {"type": "string", "pattern": re.escape(DATASET_SUFFIX) + "$"},
             ],
         },
         "shared_prefix": _shared_prefix(),
+        "trace": _trace(),
+        "trace_speedup": {
+            "description": "A replayed trace's levels: how much faster than recorded (2: twice as fast); "
+            "each is the window's own request rate times it.",
+            "type": "array",
+            "minItems": 1,
+            "uniqueItems": True,
+            "items": _bounded(SPEEDUP),
+        },
         "cache_state": {
             "description": "What the prefix cache holds when each point's measurement starts: carried (what "
             "the previous point left), flushed (/flush_cache before its warmup), primed (flushed, then each "
@@ -316,7 +335,8 @@ def _workload() -> Schema:
         **{key: _bounded(bound) for key, bound in BOUNDS.items()},
         "max_concurrency": {
             **_bounded(BOUNDS["max_concurrency"]),
-            "description": "An open loop's bound on requests in flight; required with request_rate.",
+            "description": "An open loop's bound on requests in flight; required with request_rate, with "
+            "trace_speedup the window's requests where left out.",
         },
         "search_resolution": {
             **_bounded(BOUNDS["search_resolution"]),
@@ -329,20 +349,62 @@ def _workload() -> Schema:
         "or of request rate.",
         "type": "object",
         "properties": _properties(WORKLOAD_KEYS, schemas),
-        "required": [key for key in WORKLOAD_REQUIRED if key != "input_len"],
+        "required": [key for key in WORKLOAD_REQUIRED if key not in TRACE_SETS],
         "oneOf": [{"required": [load]} for load in LOADS],
-        # A shared-prefix workload's input_len follows from its lengths; only it has groups to prime.
+        # A shared-prefix workload's input_len follows from its lengths, and only it has groups to prime; a
+        # trace sets its own lengths, count and arrivals; a trace's keys belong to it alone.
         "if": {"properties": {"dataset": {"const": SHARED_PREFIX}}, "required": ["dataset"]},
+        "then": {
+            "required": [key for key in TRACE_SETS if key in WORKLOAD_REQUIRED and key != "input_len"],
+            "properties": {"trace": False, "trace_speedup": False},
+        },
         "else": {
-            "required": ["input_len"],
             "properties": {"shared_prefix": False, "cache_state": {"not": {"const": PRIMED}}},
+            "if": {"properties": {"dataset": {"const": TRACE}}, "required": ["dataset"]},
+            "then": {
+                "required": ["trace", "trace_speedup"],
+                "properties": {key: False for key in TRACE_SETS},
+            },
+            "else": {
+                "required": [key for key in TRACE_SETS if key in WORKLOAD_REQUIRED],
+                "properties": {"trace": False, "trace_speedup": False},
+            },
         },
         "dependentRequired": {"request_rate": ["max_concurrency"]},
         "dependentSchemas": {
             # Both loads at once are oneOf's to refuse; the other open-loop keys are refused by name.
             "concurrency": {"properties": {key: False for key in OPEN_LOOP_KEYS if key not in LOADS}},
             "request_rate": {"properties": {"search_resolution": False}},
+            "trace_speedup": {"properties": {"search_resolution": False}},
         },
+        "additionalProperties": False,
+    }
+
+
+def _trace() -> Schema:
+    schemas: dict[str, Schema] = {
+        "path": {
+            "description": "The trace file, relative to the campaign file's directory: Mooncake's JSON "
+            "Lines (.jsonl) or an Azure LLM inference trace (.csv).",
+            "type": "string",
+            "pattern": "(" + "|".join(re.escape(suffix) for suffix in TRACE_FORMATS) + ")$",
+        },
+        "start_s": {
+            **_bounded(TRACE_SECONDS),
+            "description": "Replay from this many seconds after the trace's first request.",
+            "default": 0,
+        },
+        "duration_s": {
+            **_bounded(TRACE_DURATION_S),
+            "description": "Replay this many seconds of the trace; left out, to its end.",
+        },
+        "count": {**_bounded(TRACE_REQUESTS), "description": "Replay at most this many requests."},
+    }
+    return {
+        "description": "The window of the trace replayed (dataset trace).",
+        "type": "object",
+        "properties": _properties(TRACE_WINDOW_KEYS, schemas),
+        "required": ["path"],
         "additionalProperties": False,
     }
 

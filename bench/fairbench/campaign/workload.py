@@ -29,6 +29,7 @@ from fairbench.campaign.model import (
     DATASET_SUFFIX,
     LOADS,
     OPEN_LOOP_KEYS,
+    TRACE_SETS,
     WORKLOAD_KEYS,
     WORKLOAD_REQUIRED,
     Workload,
@@ -48,11 +49,17 @@ from fairbench.measure.bounds import (
     REQUESTS,
     SEARCH_RESOLUTION,
     SEED,
+    SPEEDUP,
     TOKENS,
+    TRACE_DURATION_S,
+    TRACE_REQUESTS,
+    TRACE_SECONDS,
     VOCABULARY,
     Bound,
 )
 from fairbench.measure.repeats import AUTO, DEFAULT_REPEATS, AutoRepeats, Repeats
+from fairbench.measure.trace_replay import load_window, replay_rates
+from fairbench.measure.traces import TRACE_FORMATS, TraceRequest
 from fairbench.measure.workload import (
     APIS,
     ARRIVALS,
@@ -69,8 +76,12 @@ from fairbench.measure.workload import (
     RANDOM_IDS,
     SHARED_PREFIX,
     SHARED_PREFIX_KEYS,
+    TRACE,
+    TRACE_WINDOW_KEYS,
     LevelCount,
     SharedPrefix,
+    TraceWindow,
+    WorkloadError,
 )
 
 TIMES_CONCURRENCY = re.compile(r"([1-9][0-9]{0,99})x")
@@ -90,18 +101,22 @@ AUTO_REPEATS_KEYS = ("min", "max", "half_width_pct")
 """The keys of automatic repeats' mapping (``AutoRepeats.to_json``)."""
 
 
-def _dataset(base_dir: Path) -> Callable[[Findings, str, object], str]:
+Locate = Callable[[str], Path]
+"""Where a workload's file (a ShareGPT-style dataset, a trace) is, from its path as the workload writes it."""
+
+
+def _dataset(locate: Locate) -> Callable[[Findings, str, object], str]:
     def check(findings: Findings, path: str, value: object) -> str:
-        if value in (RANDOM_IDS, SHARED_PREFIX):
+        if value in (RANDOM_IDS, SHARED_PREFIX, TRACE):
             return str(value)
         rule = (
-            f"must be {RANDOM_IDS}, {SHARED_PREFIX} or the path of a local ShareGPT-style {DATASET_SUFFIX} "
-            "file"
+            f"must be {RANDOM_IDS}, {SHARED_PREFIX}, {TRACE} or the path of a local ShareGPT-style "
+            f"{DATASET_SUFFIX} file"
         )
         if not isinstance(value, str) or not value.endswith(DATASET_SUFFIX):
             findings.error(path, f"{rule}, got {describe(value)}")
             return RANDOM_IDS
-        file = base_dir / value
+        file = locate(value)
         try:
             found = file.is_file()
         except (OSError, ValueError):
@@ -111,6 +126,40 @@ def _dataset(base_dir: Path) -> Callable[[Findings, str, object], str]:
         return str(file.absolute())
 
     return check
+
+
+Replay = tuple[TraceWindow, list[TraceRequest]]
+"""A trace's window, and its requests."""
+
+
+def _trace(locate: Locate) -> Callable[[Findings, str, object], Replay | None]:
+    """The check of ``trace``: its window (``TRACE_WINDOW_KEYS``), the path relative to the campaign file
+    and absolute once read; the window is read (its trace checked) at once, before any host is touched."""
+
+    def check(findings: Findings, path: str, value: object) -> Replay | None:
+        fields = mapping(findings, path, value, TRACE_WINDOW_KEYS, required=["path"])
+        given = fields.get("path", _trace_path, None)
+        start_s = fields.get("start_s", _number_in(TRACE_SECONDS, 0.0), 0.0)
+        duration_s = fields.get("duration_s", _number_in(TRACE_DURATION_S, 1.0), None)
+        count = fields.get("count", bounded(TRACE_REQUESTS), None)
+        if given is None:
+            return None
+        try:
+            window = TraceWindow(str(locate(given).absolute()), start_s, duration_s, count)
+            return window, load_window(window)
+        except WorkloadError as exc:  # a TraceError names the file, the line and the rule
+            findings.error(path, str(exc))
+            return None
+
+    return check
+
+
+def _trace_path(findings: Findings, path: str, value: object) -> str | None:
+    if isinstance(value, str) and Path(value).suffix in TRACE_FORMATS:
+        return value
+    known = ", ".join(f"{suffix} ({name})" for suffix, name in TRACE_FORMATS.items())
+    findings.error(path, f"must be the path of a trace file ending in {known}, got {describe(value)}")
+    return None
 
 
 def _shared_prefix(findings: Findings, path: str, value: object) -> SharedPrefix:
@@ -187,21 +236,30 @@ def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _request_rates(findings: Findings, path: str, value: object) -> tuple[float, ...]:
-    if not isinstance(value, list) or not value:
-        findings.error(
-            path, f"must be a non-empty list of positive numbers (requests per second), got {describe(value)}"
-        )
-        return ()
-    rates: dict[float, None] = {}  # ordered; 4 and 4.0 are one rate
-    for index, item in enumerate(value):
-        if not _is_number(item) or REQUEST_RATE.problem(item) is not None:
-            findings.error(f"{path}[{index}]", bound_problem(REQUEST_RATE, item))
-        elif float(item) in rates:
-            findings.error(f"{path}[{index}]", f"{item} is listed twice")
-        else:
-            rates[float(item)] = None
-    return tuple(rates)
+def _numbers_in(bound: Bound, what: str) -> Callable[[Findings, str, object], tuple[float, ...]]:
+    """The check of a non-empty list of distinct numbers inside ``bound`` (``what`` they are)."""
+
+    def check(findings: Findings, path: str, value: object) -> tuple[float, ...]:
+        if not isinstance(value, list) or not value:
+            findings.error(
+                path, f"must be a non-empty list of positive numbers ({what}), got {describe(value)}"
+            )
+            return ()
+        numbers: dict[float, None] = {}  # ordered; 4 and 4.0 are one number
+        for index, item in enumerate(value):
+            if not _is_number(item) or bound.problem(item) is not None:
+                findings.error(f"{path}[{index}]", bound_problem(bound, item))
+            elif float(item) in numbers:
+                findings.error(f"{path}[{index}]", f"{item} is listed twice")
+            else:
+                numbers[float(item)] = None
+        return tuple(numbers)
+
+    return check
+
+
+_request_rates = _numbers_in(REQUEST_RATE, "requests per second")
+_speedups = _numbers_in(SPEEDUP, "times as fast as recorded")
 
 
 def _number_in(bound: Bound, stand_in: float) -> Callable[[Findings, str, object], float]:
@@ -309,18 +367,18 @@ def _request_count_problem(count: LevelCount, largest_level: float, per: str) ->
 
 
 def _check_load(findings: Findings, path: str, fields: Fields) -> None:
-    """Exactly one of ``concurrency`` and ``request_rate``; a closed loop takes no open-loop key, an open
-    loop needs its bound on requests in flight and runs no search."""
+    """Exactly one of ``LOADS``; a closed loop takes no open-loop key, an open loop needs its bound on
+    requests in flight (a trace's defaults to its window), and neither runs a search."""
     given = [key for key in LOADS if key in fields]
     if not given:
-        findings.error(path, "needs concurrency (a closed loop) or request_rate (an open loop)")
-        return
-    if len(given) > 1:
         findings.error(
             path,
-            "has both concurrency and request_rate: give concurrency for a closed loop or request_rate for "
-            "an open one",
+            "needs concurrency (a closed loop), request_rate (an open loop) or trace_speedup (a replayed "
+            "trace)",
         )
+        return
+    if len(given) > 1:
+        findings.error(path, f"has {' and '.join(given)}: give one (the levels of one kind of load)")
         return
     if "concurrency" in fields:
         for key in (key for key in OPEN_LOOP_KEYS if key in fields):
@@ -331,7 +389,7 @@ def _check_load(findings: Findings, path: str, fields: Fields) -> None:
             )
             findings.error(join_path(path, key), rule)
         return
-    if "max_concurrency" not in fields:
+    if "request_rate" in fields and "max_concurrency" not in fields:
         findings.error(
             join_path(path, "max_concurrency"),
             "required key is missing: an open loop (request_rate) needs its bound on requests in flight",
@@ -339,28 +397,64 @@ def _check_load(findings: Findings, path: str, fields: Fields) -> None:
     if "search_resolution" in fields:
         findings.error(
             join_path(path, "search_resolution"),
-            "bisects over concurrency levels: an open loop (request_rate) has none",
+            f"bisects over concurrency levels: an open loop ({given[0]}) has none",
         )
 
 
-def check_workload(findings: Findings, path: str, value: object, base_dir: Path) -> Workload:
+def _check_trace(findings: Findings, path: str, fields: Fields, dataset: object) -> None:
+    """``dataset: trace`` with its ``trace`` and ``trace_speedup``, and nothing the trace sets itself."""
+    for key in ("trace", "trace_speedup"):
+        if (dataset == TRACE) != (key in fields):
+            findings.error(
+                join_path(path, key),
+                f"required key is missing: dataset {TRACE} replays a trace's window (trace) at speedups "
+                "(trace_speedup)"
+                if dataset == TRACE
+                else f"is a replayed trace's: set dataset: {TRACE}, or leave it out",
+            )
+    if dataset == TRACE:
+        for key in (key for key in TRACE_SETS if key in fields):
+            findings.error(
+                join_path(path, key),
+                "is the trace's own (its requests' lengths, its window's count, its arrivals): leave it out",
+            )
+
+
+def check_workload(
+    findings: Findings, path: str, value: object, base_dir: Path, files_dir: Path | None = None
+) -> Workload:
+    """The workload ``value`` at ``path``; its file (``Workload.file``) relative to ``base_dir`` (the
+    campaign file's directory), or, given ``files_dir`` (a host's copy of it), by its name there."""
+
+    def locate(given: str) -> Path:
+        return files_dir / Path(given).name if files_dir is not None else base_dir / given
+
     given_dataset = value.get("dataset") if isinstance(value, dict) else None
-    required = [key for key in WORKLOAD_REQUIRED if key != "input_len" or given_dataset != SHARED_PREFIX]
+    made = {SHARED_PREFIX: ("input_len",), TRACE: TRACE_SETS}.get(str(given_dataset), ())
+    required = [key for key in WORKLOAD_REQUIRED if key not in made]
     fields = mapping(findings, path, value, WORKLOAD_KEYS, required=required)
     if isinstance(value, dict):
         _check_load(findings, path, fields)
+        _check_trace(findings, path, fields, given_dataset)
     stand_in = STAND_IN_WORKLOAD
     api = fields.get("api", choice(APIS), stand_in.api)
-    dataset = fields.get("dataset", _dataset(base_dir), stand_in.dataset)
+    dataset = fields.get("dataset", _dataset(locate), stand_in.dataset)
     shared_prefix, input_len = _prompt_source(findings, path, fields, given_dataset)
     output_len = fields.get("output_len", bounded(BOUNDS["output_len"]), stand_in.output_len)
     concurrency = fields.get("concurrency", _concurrency, stand_in.concurrency)
     request_rate = fields.get("request_rate", _request_rates, stand_in.request_rate)
-    # With both given (an error), the closed loop stands in: the request counts are judged at its levels.
-    open_loop = "request_rate" in fields and "concurrency" not in fields
+    speedups: tuple[float, ...] = fields.get("trace_speedup", _speedups, ())
+    replay = fields.get("trace", _trace(locate), None) if given_dataset == TRACE else None
+    if replay is not None and speedups:
+        requests = replay[1]
+        request_rate = tuple(replay_rates(requests, list(speedups)))
+        input_len = max(request.input_len for request in requests)
+        output_len = max(request.output_len for request in requests)
+    # With two loads given (an error), the closed loop stands in: the request counts are judged at its levels.
+    open_loop = ("request_rate" in fields or replay is not None) and "concurrency" not in fields
     per = "the request rate" if open_loop else "the concurrency"
     largest_level = max(request_rate if open_loop else concurrency, default=1)
-    arrival = fields.get("arrival", choice(ARRIVALS), DEFAULT_ARRIVAL)
+    arrival = TRACE if replay is not None else fields.get("arrival", choice(ARRIVALS), DEFAULT_ARRIVAL)
     burstiness = fields.get("burstiness", _number_in(BURSTINESS, DEFAULT_BURSTINESS), DEFAULT_BURSTINESS)
     if open_loop and "burstiness" in fields and arrival == POISSON and burstiness != DEFAULT_BURSTINESS:
         findings.warn(
@@ -387,18 +481,23 @@ def check_workload(findings: Findings, path: str, value: object, base_dir: Path)
         request_rate=request_rate if open_loop else (),
         arrival=arrival,
         burstiness=burstiness,
-        max_concurrency=fields.get("max_concurrency", bounded(BOUNDS["max_concurrency"]), None),
+        max_concurrency=fields.get(
+            "max_concurrency", bounded(BOUNDS["max_concurrency"]), len(replay[1]) if replay else None
+        ),
         search_resolution=fields.get("search_resolution", bounded(BOUNDS["search_resolution"]), None),
         shared_prefix=shared_prefix,
         cache_state=_cache_state(findings, path, fields, given_dataset),
+        trace=replay[0] if replay else None,
+        trace_speedup=speedups,
     )
 
 
-def workload_from_json(data: object, source: str) -> Workload:
-    """A workload from ``Workload.to_json`` data (e.g. module arguments); CampaignError, its messages
-    starting with ``source``, when it breaks a rule."""
+def workload_from_json(data: object, source: str, files_dir: Path | None = None) -> Workload:
+    """A workload from ``Workload.to_json`` data (e.g. module arguments), its file by its name in
+    ``files_dir`` where given (``check_workload``); CampaignError, its messages starting with ``source``,
+    when it breaks a rule."""
     findings = Findings(source)
-    workload = check_workload(findings, "workload", data, Path())
+    workload = check_workload(findings, "workload", data, Path(), files_dir)
     findings.raise_errors()
     return workload
 

@@ -281,7 +281,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     trace.add_argument(
         "--trace-duration",
-        type=bounded(bounds.TRACE_SECONDS),
+        type=bounded(bounds.TRACE_DURATION_S),
         help="replay this many seconds of the trace (default: to its end)",
     )
     trace.add_argument(

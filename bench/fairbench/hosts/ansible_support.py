@@ -68,6 +68,11 @@ class ServingError(Exception):
 # --- the sweep ------------------------------------------------------------------------------------
 
 
+def _files_dir(arguments: dict[str, Any]) -> Path | None:
+    given = arguments.get("data_dir")
+    return None if given is None else Path(given)
+
+
 def spec_from_arguments(arguments: dict[str, Any]) -> SweepSpec:
     """The sweep the options of the sweep modules ask for (their doc fragment, fairbench.fairbench.sweep);
     CampaignError when the workload or an objective breaks a rule."""
@@ -76,7 +81,7 @@ def spec_from_arguments(arguments: dict[str, Any]) -> SweepSpec:
     except SloError as exc:
         raise CampaignError([f"slo argument: {exc}"]) from None
     return sweep_spec(
-        workload_from_json(arguments["workload"], "workload argument"),
+        workload_from_json(arguments["workload"], "workload argument", _files_dir(arguments)),
         arguments["url"],
         model=arguments["model"],
         gpus=arguments["gpus"],

@@ -92,7 +92,9 @@ SPEEDUP = Bound(0.001, 1_000, "(times as fast as recorded)", integer=False)
 """A trace replay's speedup: a thousand times slower makes a second of trace a quarter of an hour, a
 thousand times faster a second's requests a millisecond's."""
 TRACE_SECONDS = Bound(0.0, 366 * 24 * 3600.0, "seconds", integer=False)
-"""A trace replay's window, in seconds of the trace: the public traces span hours to weeks."""
+"""Where a trace replay's window starts, in seconds of the trace: the public traces span hours to weeks."""
+TRACE_DURATION_S = Bound(0.001, 366 * 24 * 3600.0, "seconds", integer=False)
+"""How long a trace replay's window lasts: at least a millisecond (a trace's resolution), at most a year."""
 TRACE_REQUESTS = Bound(2, 10_000_000, "requests")
 """The most requests of a trace replayed: at least two (a rate needs a span); REQUESTS's largest."""
 BURSTINESS = Bound(0.001, 1_000, "(a gamma shape)", integer=False)

@@ -178,6 +178,10 @@ class TraceWindow:
             raise WorkloadError(f"trace.count: {self.count} must be at least 2 (a replay's rate needs two)")
 
 
+TRACE_WINDOW_KEYS = tuple(field.name for field in fields(TraceWindow))
+"""A replayed trace's keys, as a campaign file spells them."""
+
+
 @dataclass(frozen=True, slots=True)
 class WorkloadSpec:
     """How to build prompts. ``dataset`` is ``random-ids``, ``shared-prefix`` (with ``shared_prefix``, whose
