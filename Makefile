@@ -29,15 +29,16 @@ lint: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/ansible-lint
 
 # The tests that need lab hosts (make lab-up): provisioning first, as it needs hosts nothing has touched.
-# Each run leaves a JUnit report in build/, which CI checks against the lab tests that exist
-# (tests/support/lab_counts.py).
+# FAIRBENCH_LAB_HOSTS=lab2,lab3 keeps them to those hosts (default every host of the lab). Each run leaves a
+# JUnit report in build/, which CI checks against the lab tests that exist (tests/support/lab_counts.py).
 lab-test: $(STAMP)
 	$(BIN)/pytest --durations=25 -m lab --junitxml=build/lab-test.xml \
 		tests/lab/test_provision_lab.py tests/lab/test_lab_hosts.py tests/lab/test_campaign_lab.py \
 		tests/lab/test_fleet_lab.py tests/lab/test_collection_lab.py tests/lab/test_py310_lab.py
 
 # Real SGLang provisioned onto lab1 and run as campaign units; needs lab1 without SGLang: a fresh lab, or the
-# lab lab-test ran on (its provisioning tests provision lab2 only).
+# lab lab-test ran on (its provisioning tests provision its second host only). CI runs it beside lab-test, on
+# a lab of three hosts (lab-test on lab2 and lab3).
 lab-sglang-test: $(STAMP)
 	$(BIN)/pytest --durations=25 -m lab --junitxml=build/lab-sglang-test.xml tests/lab/test_sglang_lab.py
 

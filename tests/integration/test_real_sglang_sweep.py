@@ -78,13 +78,13 @@ def test_a_replayed_trace_reaches_sglang_at_its_scheduled_times_and_its_cache_as
     real_sglang: RealServer, tmp_path: Path
 ) -> None:
     """SGLang's own clock (``meta_info.request_received_ts``, with the lab's --enable-metrics) against the
-    trace's schedule, and its cache against the trace's hash ids: every 160 ms a request opening with one of
+    trace's schedule, and its cache against the trace's hash ids: every 300 ms a request opening with one of
     two shared prefixes (two blocks, or one), then tokens of its own."""
     prefixes = ([1, 2], [3])
     trace = tmp_path / "trace.jsonl"
     rows = [
         {
-            "timestamp": 160 * index,
+            "timestamp": 300 * index,
             "input_length": len(prefixes[index % 2]) * MOONCAKE_BLOCK_TOKENS + 40 + index,
             "output_length": 8,
             "hash_ids": prefixes[index % 2],
@@ -99,12 +99,13 @@ def test_a_replayed_trace_reaches_sglang_at_its_scheduled_times_and_its_cache_as
     assert done.returncode == 0, done.stderr + real_sglang.log_tail()
     (point,) = [json.loads(line) for line in (out / "points.jsonl").read_text().splitlines()]
     assert (point["completed"], point["failed"], point["dataset_name"]) == (24, 0, "mooncake"), point
-    assert point["request_rate"] == pytest.approx(1.5 * 23 / (160 * 23 / 1000))
+    assert point["request_rate"] == pytest.approx(1.5 * 23 / (300 * 23 / 1000))
     # Each request reached SGLang within milliseconds of its time in the trace (sped up 1.5 times).
     assert point["server_arrival_delay_median_ms"] < 25, point["server_arrival_delay_median_ms"]
     assert point["server_arrival_delay_max_ms"] < 250, point["server_arrival_delay_max_ms"]
     # Every request but each prefix's first may find its blocks (the design, an unbounded cache's): nearly
-    # all do, as SGLang's own counts say; requests prefilled together would all miss.
+    # all do, as SGLang's own counts say, 400 ms apart; requests prefilled together (on a machine busy
+    # enough to queue them) would all miss.
     designed = 11 * 2 * MOONCAKE_BLOCK_TOKENS + 11 * MOONCAKE_BLOCK_TOKENS
     assert point["designed_cached_tokens"] == designed
     assert 0.75 * designed <= point["cached_tokens"] <= designed + 24, point["cached_tokens"]

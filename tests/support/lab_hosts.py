@@ -12,7 +12,34 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-INVENTORY = Path(os.environ.get("FAIRBENCH_LAB_INVENTORY", REPO / "inventory" / "lab.yml"))
+LAB_INVENTORY = Path(os.environ.get("FAIRBENCH_LAB_INVENTORY", REPO / "inventory" / "lab.yml"))
+"""What ``tests/lab/lab.sh up`` wrote: every host of the lab."""
+HOSTS = [name for name in os.environ.get("FAIRBENCH_LAB_HOSTS", "").split(",") if name]
+"""``FAIRBENCH_LAB_HOSTS``, comma-separated: the lab's hosts these tests use (CI runs the real-SGLang lab
+test on lab1 beside the others on lab2 and lab3); unset, every host."""
+
+
+def _inventory() -> Path:
+    """The inventory the lab tests use: the lab's, or a copy of it holding only ``HOSTS``, written into
+    build/ (the lab's model, which an inventory finds beside it, is there)."""
+    if not HOSTS or not LAB_INVENTORY.is_file():
+        return LAB_INVENTORY
+    data = yaml.safe_load(LAB_INVENTORY.read_text())
+    group = data["all"]["children"]["gpu_hosts"]
+    every = group.get("hosts") or {}
+    missing = [name for name in HOSTS if name not in every]
+    if missing:
+        raise RuntimeError(f"FAIRBENCH_LAB_HOSTS names {', '.join(missing)}, which {LAB_INVENTORY} lacks")
+    group["hosts"] = {name: every[name] for name in HOSTS}
+    path = REPO / "build" / f"lab-{'-'.join(HOSTS)}.yml"
+    path.parent.mkdir(exist_ok=True)
+    note = f"# Written by tests/support/lab_hosts.py: {LAB_INVENTORY.name} with {', '.join(HOSTS)} only.\n"
+    path.write_text(note + yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+INVENTORY = _inventory()
+"""The inventory the lab tests play against."""
 
 
 def answering_lab_hosts() -> list[str]:

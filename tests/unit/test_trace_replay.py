@@ -8,13 +8,16 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
+from fairbench.campaign.load import parse_campaign
 from fairbench.cli.sweep import configure, spec_from_args
 from fairbench.cli.usage import UsageError
 from fairbench.measure.trace_replay import TraceReplay, load_window, own_rate, replay_rates, window_of
 from fairbench.measure.traces import MOONCAKE_BLOCK_TOKENS, TraceError, TraceRequest, reusable_tokens
 from fairbench.measure.vocabulary import explicit
 from fairbench.measure.workload import FLUSHED, PRIMED, TRACE, TraceWindow, WorkloadError, WorkloadSpec
+from fairbench.report.document import _lengths_text, _load_text, _prompts_text
 
 BLOCK = MOONCAKE_BLOCK_TOKENS
 # Arrivals in ms; requests 1 and 2 open with request 0's two blocks, request 3 with its first only.
@@ -189,3 +192,28 @@ def test_a_bad_trace_is_refused_before_any_request_naming_its_line(tmp_path: Pat
     path = write_trace(tmp_path, [(0, 10, 1, []), (-5, 10, 1, [])])
     with pytest.raises(UsageError, match=rf"--trace: {path}:2: timestamp: must be a number of ms >= 0"):
         spec_from_args(sweep_args("--trace", str(path)))
+
+
+def test_the_report_describes_a_replayed_trace_by_its_file_window_and_speedups(tmp_path: Path) -> None:
+    """campaign.json's workload of a trace holds no lengths (its requests have their own) and its levels
+    as speedups: the report's workload line says so, from a campaign loaded as any."""
+    path = write_trace(tmp_path)
+    document = {
+        "name": "replay",
+        "engine": "sim",
+        "model": "org/m",
+        "configs": {"a": {}},
+        "workload": {
+            "api": "generate",
+            "dataset": "trace",
+            "trace": {"path": str(path), "start_s": 0.5, "count": 3},
+            "trace_speedup": [0.5, 2],
+            "warmup": 0,
+        },
+    }
+    workload = parse_campaign(yaml.safe_dump(document), "replay.yml", tmp_path).workload.to_json()
+    described = _prompts_text(workload) + _lengths_text(workload) + _load_text(workload)
+    assert described == (
+        "the trace `trace.jsonl` (from 0.5 s, at most 3 requests) with its own lengths, "
+        "replayed at 0.5, 2 times its own rate (at most 3 in flight)"
+    )

@@ -20,7 +20,7 @@ from fairbench.campaign.model import SPREAD
 from fairbench.fleet.campaign_record import differences, listed
 from fairbench.measure.repeats import AutoRepeats, repeats_from_json
 from fairbench.measure.results import CAMPAIGN_FILE
-from fairbench.measure.workload import DEFAULT_ARRIVAL, DEFAULT_BURSTINESS, GAMMA
+from fairbench.measure.workload import DEFAULT_ARRIVAL, DEFAULT_BURSTINESS, GAMMA, TRACE
 from fairbench.report.blocks import Alert, Block, BulletList, Figure, Heading, Paragraph, Preformatted, Table
 from fairbench.report.checks import checks_blocks
 from fairbench.report.differences import (
@@ -314,8 +314,13 @@ def _repeats_text(setting: object) -> str:
 
 
 def _load_text(workload: dict[str, Any]) -> str:
-    """``concurrency 1, 8, 64`` (closed loop) or ``request rate 1, 2 req/s (poisson, at most 64 in
-    flight)`` (open loop; gamma arrivals with their burstiness)."""
+    """``concurrency 1, 8, 64`` (closed loop), ``request rate 1, 2 req/s (poisson, at most 64 in
+    flight)`` (open loop; gamma arrivals with their burstiness), or ``replayed at 0.5, 1, 2 times its own
+    rate (at most 512 in flight)`` (a trace, whose rates the points hold)."""
+    if workload.get("trace_speedup"):
+        speedups = ", ".join(f"{speedup:g}" for speedup in workload["trace_speedup"])
+        bound = workload.get("max_concurrency")
+        return f"replayed at {speedups} times its own rate (at most {bound} in flight)"
     listed = workload.get("request_rate") or workload.get("concurrency") or []
     loop = OPEN_LOOP if workload.get("request_rate") else CLOSED_LOOP
     levels = ", ".join(map(loop.value, listed))
@@ -340,14 +345,31 @@ def _campaign_line(run: Run) -> Paragraph:
     )
     return Paragraph(
         f"Engine `{run.campaign['engine']}`, model `{run.campaign['model']}`. Workload: `{workload['api']}`, "
-        f"{_prompts_text(workload)}{workload['input_len']} tokens in, {workload['output_len']} out, "
+        f"{_prompts_text(workload)}{_lengths_text(workload)}"
         f"{_load_text(workload)}, {_repeats_text(workload.get('repeats', 1))}"
         f"{_cache_text(workload)}.{slo}{search}"
     )
 
 
+def _lengths_text(workload: Mapping[str, Any]) -> str:
+    """The exact lengths of a generated workload; nothing for a trace, whose requests have their own."""
+    if workload.get("dataset") == TRACE:
+        return ""
+    return f"{workload.get('input_len')} tokens in, {workload.get('output_len')} out, "
+
+
 def _prompts_text(workload: Mapping[str, Any]) -> str:
-    """A shared-prefix workload's groups, as campaign.json's ``shared_prefix`` holds them; else nothing."""
+    """A shared-prefix workload's groups, as campaign.json's ``shared_prefix`` holds them, or a replayed
+    trace's file and window; else nothing."""
+    trace = workload.get("trace")
+    if isinstance(trace, Mapping):
+        window = [f"from {trace.get('start_s', 0):g} s"]
+        if trace.get("duration_s") is not None:
+            window.append(f"for {trace['duration_s']:g} s")
+        if trace.get("count") is not None:
+            window.append(f"at most {trace['count']} requests")
+        name = Path(str(trace.get("path"))).name
+        return f"the trace `{name}` ({', '.join(window)}) with its own lengths, "
     shared = workload.get("shared_prefix")
     if not isinstance(shared, Mapping):
         return ""

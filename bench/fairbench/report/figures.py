@@ -93,6 +93,8 @@ SERVER_GAUGES = (
     "server_token_usage_max",
     "server_spec_accept_length",
 )
+SERVER_LITTLE = ("server_in_flight_mean", "server_queued_mean")
+"""The server's own Little's law over the point (its latency histograms' sums): requests in it, and queued."""
 SERVER_FAILURES = "server_metric_failures"
 SERVER_ERROR = "server_metric_error"
 CLIENT_PROCESSES = "client_processes"
@@ -102,7 +104,15 @@ LOOP_LAGS = ("event_loop_lag_mean_ms", "event_loop_lag_p99_ms", "event_loop_lag_
 """The worst client process's loop lag (older points: the one process's)."""
 SEND_GAPS = ("server_send_gap_median_ms", "server_send_gap_p99_ms", "server_send_gap_max_ms")
 """The client's read of a stream's first chunk after the server's own send time; /generate only."""
-CHECK_NUMBERS = (OUTPUT_TOKENS, *SERVER_TOKENS, *SERVER_GAUGES, "client_cpu_s", *LOOP_LAGS, *SEND_GAPS)
+CHECK_NUMBERS = (
+    OUTPUT_TOKENS,
+    *SERVER_TOKENS,
+    *SERVER_GAUGES,
+    *SERVER_LITTLE,
+    "client_cpu_s",
+    *LOOP_LAGS,
+    *SEND_GAPS,
+)
 """The checks' keys that are a number, or null where not measured."""
 
 
