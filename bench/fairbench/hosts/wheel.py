@@ -23,12 +23,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("source", type=Path, help="the source tree (fairbench's checkout)")
     parser.add_argument("--outdir", type=Path, required=True, help="where the wheel goes")
     args = parser.parse_args(argv)
+    build = [sys.executable, "-m", "build", "--wheel", "--no-isolation", f"--outdir={args.outdir}"]
+    build.append(str(args.source))
+    if not args.source.is_dir():
+        return subprocess.call(build)  # nothing to lock: the build says what is wrong with the source
     lock_path = args.source / "build" / ".wheel.lock"
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    lock_path.parent.mkdir(exist_ok=True)
     with lock_path.open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        build = [sys.executable, "-m", "build", "--wheel", "--no-isolation", f"--outdir={args.outdir}"]
-        return subprocess.call([*build, str(args.source)])
+        return subprocess.call(build)
 
 
 if __name__ == "__main__":
