@@ -77,6 +77,14 @@ def test_resume_with_other_settings_is_refused_naming_them(tmp_path: Path) -> No
         ResultsDir(tmp_path).prepare({**SETTINGS, "api": "chat"}, resume=True)
 
 
+def test_a_setting_no_sweep_writes_is_named_on_one_line(tmp_path: Path) -> None:
+    """A hand-edited sweep.json's key with a line break in it is quoted, so the message stays one line."""
+    (tmp_path / "sweep.json").write_text(json.dumps({**SETTINGS, "a\nb": True}))
+    with pytest.raises(ResultsError) as refused:
+        ResultsDir(tmp_path).prepare(SETTINGS, resume=True)
+    assert str(refused.value).endswith("cannot resume with other settings: 'a\\nb' True -> unset")
+
+
 def test_discard_partial_removes_interrupted_writes(tmp_path: Path) -> None:
     results = ResultsDir(tmp_path)
     results.prepare(SETTINGS, resume=False)

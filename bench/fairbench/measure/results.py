@@ -145,9 +145,10 @@ def _check_resumable(sweep_path: Path, settings: dict[str, Any]) -> None:
         for key, value in settings.items()
         if key != "model" and previous.get(key) != value
     ]
-    # A setting recorded only where set (cache_state: primed, slo) that this sweep does not set.
+    # A setting recorded only where set (cache_state: primed, slo) that this sweep does not set; a key no
+    # sweep writes (a file edited by hand) quoted, so that the message stays one line.
     changed += [
-        f"{key} {value!r} -> unset"
+        f"{key if key.isidentifier() else repr(key)} {value!r} -> unset"
         for key, value in previous.items()
         if key not in settings and value is not None
     ]
