@@ -154,3 +154,32 @@ def test_shared_prefixes_are_served_from_sglangs_cache_as_designed(
         assert point["cached_tokens"] == point["server_cached_tokens"], point
         assert "prefix_reuse" not in {flag["flag"] for flag in point["flags"]}, point["flags"]
     assert real_sglang.alive()
+
+
+def test_a_conversations_later_turns_find_its_earlier_turns_and_replies_in_sglangs_cache(
+    real_sglang: RealServer, tmp_path: Path
+) -> None:
+    """SGLang's own ``meta_info.cached_tokens`` by turn: each later turn sends the earlier turns with the
+    replies SGLang gave (its ``output_ids``), which its radix cache kept, so it reports more cached tokens
+    than the first turn, the previous turn's input and reply less one token, as designed."""
+    system, user, output = 48, 24, 8
+    conversations = (
+        *("--dataset", "multi-turn", "--mt-turns", "3", "--mt-user-len", str(user)),
+        *("--mt-system-prompt-len", str(system), "--output-len", str(output)),
+        *("--concurrency", "2", "--prompts-per-level", "16", "--warmup", "0", "--flush-cache"),
+    )
+    out = tmp_path / "out"
+    done = _sweep(real_sglang.url, out, "--api", "generate", "--seed", "13", workload=conversations)
+    assert done.returncode == 0, done.stderr + real_sglang.log_tail()
+    (point,) = [json.loads(line) for line in (out / "points.jsonl").read_text().splitlines()]
+    assert (point["completed"], point["failed"], point["conversations"]) == (18, 0, 6), point
+    inputs = [system + user + turn * (output + user) for turn in range(3)]
+    assert point["mean_input_tokens_by_turn"] == inputs  # SGLang's counts: the replies went back whole
+    first, *later = point["mean_cached_tokens_by_turn"]
+    assert first <= system + 1 < later[0] < later[1], point["mean_cached_tokens_by_turn"]
+    for turn, cached in enumerate(later, start=1):
+        designed = inputs[turn - 1] + output - 1
+        assert designed - 1 <= cached <= designed + 1, (turn, point["mean_cached_tokens_by_turn"])
+    assert point["cached_tokens"] == point["server_cached_tokens"]
+    assert "prefix_reuse" not in {flag["flag"] for flag in point["flags"]}, point["flags"]
+    assert real_sglang.alive()

@@ -128,10 +128,10 @@ RULES = [
     ),
     pytest.param(
         changed(("workload.input_length", 8)),
-        "workload.input_length: unknown key; expected one of api, dataset, shared_prefix, trace, "
-        "trace_speedup, input_len, output_len, cache_state, concurrency, request_rate, arrival, burstiness, "
-        "max_concurrency, prompts_per_level, warmup, repeats, search_resolution, seed, vocab_size (did you "
-        "mean 'input_len'?)",
+        "workload.input_length: unknown key; expected one of api, dataset, shared_prefix, multi_turn, "
+        "trace, trace_speedup, input_len, output_len, cache_state, concurrency, request_rate, arrival, "
+        "burstiness, max_concurrency, prompts_per_level, warmup, repeats, search_resolution, seed, "
+        "vocab_size (did you mean 'input_len'?)",
         id="unknown-workload-key",
     ),
     pytest.param(
@@ -173,8 +173,8 @@ RULES = [
     ),
     pytest.param(
         changed(("workload.dataset", "sharegpt")),
-        "workload.dataset: must be random-ids, shared-prefix, trace or the path of a local ShareGPT-style "
-        ".json file, got 'sharegpt'",
+        "workload.dataset: must be random-ids, shared-prefix, trace, multi-turn or the path of a local "
+        "ShareGPT-style .json file, got 'sharegpt'",
         id="dataset-name",
     ),
     pytest.param(
@@ -534,8 +534,8 @@ def test_a_dataset_path_is_resolved_from_the_campaign_folder(tmp_path: Path) -> 
 def test_a_missing_dataset_file_is_an_error(tmp_path: Path) -> None:
     messages = errors_of(changed(("workload.dataset", "missing.json")), base_dir=tmp_path)
     assert messages == [
-        f"{SOURCE}: workload.dataset: must be random-ids, shared-prefix, trace or the path of a local "
-        f"ShareGPT-style .json file: {str(tmp_path / 'missing.json')!r} is not a file"
+        f"{SOURCE}: workload.dataset: must be random-ids, shared-prefix, trace, multi-turn or the path of a "
+        f"local ShareGPT-style .json file: {str(tmp_path / 'missing.json')!r} is not a file"
     ]
 
 
@@ -582,7 +582,8 @@ def test_a_workload_without_shared_prefixes_records_neither_new_key() -> None:
         (
             (("workload.cache_state", "primed"),),
             "workload.cache_state: primed sends each group's system prompt before a point: only dataset "
-            "shared-prefix has them (flushed starts every point from an empty cache)",
+            "shared-prefix, and multi-turn with a system_prompt_len, have them (flushed starts every point "
+            "from an empty cache)",
         ),
         (
             (*SHARED, ("workload.shared_prefix", {"groups": 0, "order": "sorted", "prefix": 1})),

@@ -105,7 +105,7 @@ def test_the_design_caches_every_system_prompt_primed_and_all_but_each_group_s_f
     ("kwargs", "message"),
     [
         ({"dataset": SHARED_PREFIX}, "shared_prefix: given exactly when the dataset is shared-prefix"),
-        ({"cache_state": PRIMED}, "cache_state: primed primes shared prefixes"),
+        ({"cache_state": PRIMED}, "cache_state: primed primes shared system prompts"),
         ({"cache_state": "warm"}, "cache_state: 'warm' is not one of flushed, primed, carried"),
         (
             {"dataset": SHARED_PREFIX, "shared_prefix": SharedPrefix(2, 2, 40, 9)},

@@ -147,7 +147,7 @@ def test_offsets_are_the_windows_arrivals_divided_by_the_speedup(tmp_path: Path)
 
 
 def test_a_trace_has_no_prefix_to_prime(tmp_path: Path) -> None:
-    with pytest.raises(WorkloadError, match="primes shared prefixes"):
+    with pytest.raises(WorkloadError, match="primes shared system prompts"):
         WorkloadSpec(1, 1, dataset=TRACE, trace=TraceWindow(str(write_trace(tmp_path))), cache_state=PRIMED)
     with pytest.raises(WorkloadError, match="trace: given exactly when the dataset is trace"):
         WorkloadSpec(1, 1, trace=TraceWindow("t.jsonl"))

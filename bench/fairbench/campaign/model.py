@@ -45,8 +45,15 @@ The workload's keys:
   ``groups``, ``prompts_per_group``, ``system_prompt_len``, ``question_len`` (tokens, exact), and ``order``,
   ``shuffled`` or ``grouped``; each absent, sglang's default (``DEFAULT_SHARED_PREFIX``: 64 groups of 16,
   2048 and 128 tokens, shuffled).
+- ``multi_turn`` (with ``dataset: multi-turn`` only): conversations whose every turn sends the conversation
+  so far, the server's own replies included (``measure.workload.MultiTurn``): ``turns``, ``user_len``,
+  ``system_prompt_len`` (0: none), ``system_prompts``, ``think_time_s`` and ``sharegpt`` (a ShareGPT-style
+  file whose human turns are the user turns, relative to the campaign file's directory); each absent,
+  ``DEFAULT_MULTI_TURN``'s. Its load is ``concurrency``, the conversations in flight; its token ids need
+  ``api: generate``.
 - ``input_len``, ``output_len``: each request's exact prompt and output lengths in tokens. A shared-prefix
-  workload's ``input_len`` is its system prompt's and question's lengths together: left out, or that sum.
+  workload's ``input_len`` is its system prompt's and question's lengths together, a multi-turn one's its
+  first turn's (system prompt and user turn): left out, or that sum.
 - ``cache_state``: what the server's prefix cache holds when each point's measurement starts
   (``measure.workload.CACHE_STATES``): ``carried`` (the default: what the previous point left), ``flushed``
   (``/flush_cache`` before the warm-up) or ``primed`` (flushed, then each group's system prompt sent once;
@@ -91,6 +98,7 @@ from fairbench.measure.workload import (
     DEFAULT_BURSTINESS,
     DEFAULT_CACHE_STATE,
     LevelCount,
+    MultiTurn,
     SharedPrefix,
     TraceWindow,
     prompts_at,
@@ -135,6 +143,7 @@ WORKLOAD_KEYS = (
     "api",
     "dataset",
     "shared_prefix",
+    "multi_turn",
     "trace",
     "trace_speedup",
     "input_len",
@@ -230,6 +239,8 @@ class Workload:
     trace_speedup: tuple[float, ...] = ()
     """A replayed trace's levels as given: its ``request_rate`` is the window's own rate times each
     (``measure.trace_replay.replay_rates``)."""
+    multi_turn: MultiTurn | None = None
+    """The conversations of a ``multi-turn`` dataset; None for any other."""
 
     @property
     def file(self) -> str | None:
@@ -237,6 +248,8 @@ class Workload:
         or a trace; None for a generated dataset."""
         if self.trace is not None:
             return self.trace.path
+        if self.multi_turn is not None:
+            return self.multi_turn.sharegpt
         return self.dataset if self.dataset.endswith(DATASET_SUFFIX) else None
 
     @property
@@ -275,6 +288,7 @@ class Workload:
             "api": self.api,
             "dataset": self.dataset,
             **({} if self.shared_prefix is None else {"shared_prefix": self.shared_prefix.to_json()}),
+            **({} if self.multi_turn is None else {"multi_turn": self.multi_turn.to_json()}),
             "input_len": self.input_len,
             "output_len": self.output_len,
             **({} if self.cache_state == DEFAULT_CACHE_STATE else {"cache_state": self.cache_state}),

@@ -68,9 +68,13 @@ from fairbench.measure.bounds import (
     REQUESTS,
     SPEEDUP,
     START_TIMEOUT_S,
+    SYSTEM_PROMPT_TOKENS,
+    SYSTEM_PROMPTS,
+    THINK_TIME_S,
     TRACE_DURATION_S,
     TRACE_REQUESTS,
     TRACE_SECONDS,
+    TURNS,
     UNIT_LINE_ENDS,
     Bound,
 )
@@ -84,7 +88,10 @@ from fairbench.measure.workload import (
     DEFAULT_ARRIVAL,
     DEFAULT_BURSTINESS,
     DEFAULT_CACHE_STATE,
+    DEFAULT_MULTI_TURN,
     DEFAULT_SHARED_PREFIX,
+    MULTI_TURN,
+    MULTI_TURN_KEYS,
     ORDERS,
     PRIMED,
     RANDOM_IDS,
@@ -278,16 +285,18 @@ def _workload() -> Schema:
         "api": {"description": "The API every request goes to.", "enum": list(APIS)},
         "dataset": {
             "description": f"{RANDOM_IDS}, {SHARED_PREFIX} (with shared_prefix), {TRACE} (with trace and "
-            f"trace_speedup), or the path of a local ShareGPT-style {DATASET_SUFFIX} file, relative to the "
-            "campaign file's directory.",
+            f"trace_speedup), {MULTI_TURN} (with multi_turn), or the path of a local ShareGPT-style "
+            f"{DATASET_SUFFIX} file, relative to the campaign file's directory.",
             "anyOf": [
                 {"const": RANDOM_IDS},
                 {"const": SHARED_PREFIX},
                 {"const": TRACE},
+                {"const": MULTI_TURN},
                 {"type": "string", "pattern": re.escape(DATASET_SUFFIX) + "$"},
             ],
         },
         "shared_prefix": _shared_prefix(),
+        "multi_turn": _multi_turn(),
         "trace": _trace(),
         "trace_speedup": {
             "description": "A replayed trace's levels: how much faster than recorded (2: twice as fast); "
@@ -300,7 +309,7 @@ def _workload() -> Schema:
         "cache_state": {
             "description": "What the prefix cache holds when each point's measurement starts: carried (what "
             "the previous point left), flushed (/flush_cache before its warmup), primed (flushed, then each "
-            f"group's system prompt sent once; {SHARED_PREFIX} only).",
+            f"group's system prompt sent once; {SHARED_PREFIX} and {MULTI_TURN} only).",
             "enum": list(CACHE_STATES),
             "default": DEFAULT_CACHE_STATE,
         },
@@ -351,15 +360,23 @@ def _workload() -> Schema:
         "properties": _properties(WORKLOAD_KEYS, schemas),
         "required": [key for key in WORKLOAD_REQUIRED if key not in TRACE_SETS],
         "oneOf": [{"required": [load]} for load in LOADS],
-        # A shared-prefix workload's input_len follows from its lengths, and only it has groups to prime; a
+        # A shared-prefix or multi-turn workload's input_len follows from its lengths, and only they have
+        # system prompts to prime; each one's keys are its own, and conversations run in a closed loop. A
         # trace sets its own lengths, count and arrivals; a trace's keys belong to it alone.
-        "if": {"properties": {"dataset": {"const": SHARED_PREFIX}}, "required": ["dataset"]},
+        "if": {"properties": {"dataset": {"enum": [SHARED_PREFIX, MULTI_TURN]}}, "required": ["dataset"]},
         "then": {
             "required": [key for key in TRACE_SETS if key in WORKLOAD_REQUIRED and key != "input_len"],
             "properties": {"trace": False, "trace_speedup": False},
+            "if": {"properties": {"dataset": {"const": SHARED_PREFIX}}},
+            "then": {"properties": {"multi_turn": False}},
+            "else": {"properties": {"shared_prefix": False}, "required": ["concurrency"]},
         },
         "else": {
-            "properties": {"shared_prefix": False, "cache_state": {"not": {"const": PRIMED}}},
+            "properties": {
+                "shared_prefix": False,
+                "multi_turn": False,
+                "cache_state": {"not": {"const": PRIMED}},
+            },
             "if": {"properties": {"dataset": {"const": TRACE}}, "required": ["dataset"]},
             "then": {
                 "required": ["trace", "trace_speedup"],
@@ -405,6 +422,46 @@ def _trace() -> Schema:
         "type": "object",
         "properties": _properties(TRACE_WINDOW_KEYS, schemas),
         "required": ["path"],
+        "additionalProperties": False,
+    }
+
+
+def _multi_turn() -> Schema:
+    default = DEFAULT_MULTI_TURN
+    schemas: dict[str, Schema] = {
+        "turns": {**_bounded(TURNS), "description": "Turns of each conversation.", "default": default.turns},
+        "user_len": {
+            **_bounded(BOUNDS["input_len"]),
+            "description": "Tokens of each user turn (unused with sharegpt).",
+            "default": default.user_len,
+        },
+        "system_prompt_len": {
+            **_bounded(SYSTEM_PROMPT_TOKENS),
+            "description": "Tokens of each conversation's system prompt; 0: none.",
+            "default": default.system_prompt_len,
+        },
+        "system_prompts": {
+            **_bounded(SYSTEM_PROMPTS),
+            "description": "Distinct system prompts, conversation j having the (j mod N)-th.",
+            "default": default.system_prompts,
+        },
+        "think_time_s": {
+            **_bounded(THINK_TIME_S),
+            "description": "Seconds between a reply's end and the conversation's next turn.",
+            "default": default.think_time_s,
+        },
+        "sharegpt": {
+            "description": "A local ShareGPT-style file, relative to the campaign file's directory, whose "
+            "conversations' human turns are the user turns (text prompts).",
+            "type": "string",
+            "pattern": re.escape(DATASET_SUFFIX) + "$",
+        },
+    }
+    return {
+        "description": f"The {MULTI_TURN} dataset's conversations: every turn sends the conversation so "
+        "far, the server's own replies included.",
+        "type": "object",
+        "properties": _properties(MULTI_TURN_KEYS, schemas),
         "additionalProperties": False,
     }
 

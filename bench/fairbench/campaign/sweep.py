@@ -63,6 +63,7 @@ def sweep_spec(
             shared_prefix=workload.shared_prefix,
             cache_state=workload.cache_state,
             trace=workload.trace,
+            multi_turn=workload.multi_turn,
         ),
         concurrency=list(workload.concurrency),
         request_rate=list(workload.request_rate),

@@ -11,8 +11,12 @@ bisects over concurrency levels only; that it needs an SLO is a rule across keys
 ``repeats`` and ``seed`` default to 1 (``STAND_IN_WORKLOAD``). ``shared_prefix`` belongs to
 ``dataset: shared-prefix`` alone, each key absent sglang's default (``DEFAULT_SHARED_PREFIX``), its counts
 within ``PREFIX_GROUPS`` and ``PROMPTS_PER_GROUP``, its lengths within ``TOKENS`` and so is their sum,
-which ``input_len`` is. ``cache_state: primed`` primes shared
-prefixes: a shared-prefix dataset's alone.
+which ``input_len`` is. ``multi_turn`` belongs to ``dataset: multi-turn`` alone, each key absent
+``DEFAULT_MULTI_TURN``'s, ``turns`` within ``TURNS``, ``user_len`` within ``TOKENS``,
+``system_prompt_len`` within ``SYSTEM_PROMPT_TOKENS``, ``system_prompts`` within ``SYSTEM_PROMPTS``,
+``think_time_s`` within ``THINK_TIME_S``, ``sharegpt`` a ShareGPT-style file; its first turn's lengths are
+``input_len``; it runs in a closed loop. ``cache_state: primed`` primes shared system prompts: a
+shared-prefix dataset's, or a multi-turn one's with a system prompt.
 """
 
 from __future__ import annotations
@@ -50,10 +54,14 @@ from fairbench.measure.bounds import (
     SEARCH_RESOLUTION,
     SEED,
     SPEEDUP,
+    SYSTEM_PROMPT_TOKENS,
+    SYSTEM_PROMPTS,
+    THINK_TIME_S,
     TOKENS,
     TRACE_DURATION_S,
     TRACE_REQUESTS,
     TRACE_SECONDS,
+    TURNS,
     VOCABULARY,
     Bound,
 )
@@ -64,12 +72,16 @@ from fairbench.measure.workload import (
     APIS,
     ARRIVALS,
     CACHE_STATES,
+    CHAT,
     DEFAULT_API,
     DEFAULT_ARRIVAL,
     DEFAULT_BURSTINESS,
     DEFAULT_CACHE_STATE,
+    DEFAULT_MULTI_TURN,
     DEFAULT_SEED,
     DEFAULT_SHARED_PREFIX,
+    MULTI_TURN,
+    MULTI_TURN_KEYS,
     ORDERS,
     POISSON,
     PRIMED,
@@ -79,6 +91,7 @@ from fairbench.measure.workload import (
     TRACE,
     TRACE_WINDOW_KEYS,
     LevelCount,
+    MultiTurn,
     SharedPrefix,
     TraceWindow,
     WorkloadError,
@@ -107,22 +120,32 @@ Locate = Callable[[str], Path]
 
 def _dataset(locate: Locate) -> Callable[[Findings, str, object], str]:
     def check(findings: Findings, path: str, value: object) -> str:
-        if value in (RANDOM_IDS, SHARED_PREFIX, TRACE):
+        if value in (RANDOM_IDS, SHARED_PREFIX, TRACE, MULTI_TURN):
             return str(value)
         rule = (
-            f"must be {RANDOM_IDS}, {SHARED_PREFIX}, {TRACE} or the path of a local ShareGPT-style "
-            f"{DATASET_SUFFIX} file"
+            f"must be {RANDOM_IDS}, {SHARED_PREFIX}, {TRACE}, {MULTI_TURN} or the path of a local "
+            "ShareGPT-style"
         )
+        return _sharegpt_file(locate, rule)(findings, path, value) or RANDOM_IDS
+
+    return check
+
+
+def _sharegpt_file(locate: Locate, rule: str) -> Callable[[Findings, str, object], str | None]:
+    """The check of a local ShareGPT-style file's path (``rule``: what the key must be, up to the file):
+    its absolute path; None where it is no such path (reported)."""
+
+    def check(findings: Findings, path: str, value: object) -> str | None:
         if not isinstance(value, str) or not value.endswith(DATASET_SUFFIX):
-            findings.error(path, f"{rule}, got {describe(value)}")
-            return RANDOM_IDS
+            findings.error(path, f"{rule} {DATASET_SUFFIX} file, got {describe(value)}")
+            return None
         file = locate(value)
         try:
             found = file.is_file()
         except (OSError, ValueError):
             found = False
         if not found:
-            findings.error(path, f"{rule}: {str(file)!r} is not a file")
+            findings.error(path, f"{rule} {DATASET_SUFFIX} file: {str(file)!r} is not a file")
         return str(file.absolute())
 
     return check
@@ -206,13 +229,83 @@ def _prompt_source(
     return shared, shared.input_len
 
 
-def _cache_state(findings: Findings, path: str, fields: Fields, dataset: object) -> str:
+def _multi_turn(locate: Locate) -> Callable[[Findings, str, object], MultiTurn]:
+    """The check of a multi-turn dataset's conversations, each key of ``MULTI_TURN_KEYS`` absent its
+    default; ``sharegpt`` relative to the campaign file."""
+
+    def check(findings: Findings, path: str, value: object) -> MultiTurn:
+        fields = mapping(findings, path, value, MULTI_TURN_KEYS)
+        default = DEFAULT_MULTI_TURN
+        sharegpt = _sharegpt_file(locate, "must be the path of a local ShareGPT-style")
+        return MultiTurn(
+            turns=fields.get("turns", bounded(TURNS), default.turns),
+            user_len=fields.get("user_len", bounded(TOKENS), default.user_len),
+            system_prompt_len=fields.get(
+                "system_prompt_len", bounded(SYSTEM_PROMPT_TOKENS), default.system_prompt_len
+            ),
+            system_prompts=fields.get("system_prompts", bounded(SYSTEM_PROMPTS), default.system_prompts),
+            think_time_s=fields.get(
+                "think_time_s", _number_in(THINK_TIME_S, default.think_time_s), default.think_time_s
+            ),
+            sharegpt=fields.get("sharegpt", sharegpt, None),
+        )
+
+    return check
+
+
+def _conversations(
+    findings: Findings,
+    path: str,
+    fields: Fields,
+    dataset: object,
+    locate: Locate,
+    *,
+    api: str,
+    input_len: int,
+) -> MultiTurn | None:
+    """A multi-turn dataset's conversations (``dataset``, as given, is ``multi-turn``): ``multi_turn`` is
+    its alone, its first turn's lengths are ``input_len`` (as read), and it runs in a closed loop with its
+    token ids on the generate API."""
+    turns = fields.get("multi_turn", _multi_turn(locate), None)
+    if dataset != MULTI_TURN:
+        if turns is not None:
+            findings.error(
+                join_path(path, "multi_turn"),
+                f"describes the {MULTI_TURN} dataset's conversations: set dataset: {MULTI_TURN}, or leave "
+                "it out",
+            )
+        return None
+    turns = turns or DEFAULT_MULTI_TURN
+    if "input_len" in fields and input_len != turns.first_input_len:
+        findings.error(
+            join_path(path, "input_len"),
+            f"{input_len} is not multi_turn's system_prompt_len + user_len, {turns.first_input_len}: leave "
+            "it out",
+        )
+    if "concurrency" not in fields and ("request_rate" in fields or "trace_speedup" in fields):
+        findings.error(
+            path, f"{MULTI_TURN} conversations run in a closed loop: concurrency counts those in flight"
+        )
+    if turns.sharegpt is None and api not in ("generate", CHAT):
+        findings.error(
+            join_path(path, "api"),
+            f"{MULTI_TURN}'s token ids need api: generate (its replies are token ids; the completions API "
+            "answers with text), or chat for text conversations",
+        )
+    return turns
+
+
+def _cache_state(
+    findings: Findings, path: str, fields: Fields, dataset: object, multi_turn: MultiTurn | None
+) -> str:
     cache_state = fields.get("cache_state", choice(CACHE_STATES), DEFAULT_CACHE_STATE)
-    if cache_state == PRIMED and dataset != SHARED_PREFIX:
+    has_system_prompts = dataset == SHARED_PREFIX or (multi_turn is not None and multi_turn.system_prompt_len)
+    if cache_state == PRIMED and not has_system_prompts:
         findings.error(
             join_path(path, "cache_state"),
-            f"{PRIMED} sends each group's system prompt before a point: only dataset {SHARED_PREFIX} has "
-            "them (flushed starts every point from an empty cache)",
+            f"{PRIMED} sends each group's system prompt before a point: only dataset {SHARED_PREFIX}, and "
+            f"{MULTI_TURN} with a system_prompt_len, have them (flushed starts every point from an empty "
+            "cache)",
         )
     return cache_state
 
@@ -430,7 +523,9 @@ def check_workload(
         return files_dir / Path(given).name if files_dir is not None else base_dir / given
 
     given_dataset = value.get("dataset") if isinstance(value, dict) else None
-    made = {SHARED_PREFIX: ("input_len",), TRACE: TRACE_SETS}.get(str(given_dataset), ())
+    made = {SHARED_PREFIX: ("input_len",), MULTI_TURN: ("input_len",), TRACE: TRACE_SETS}.get(
+        str(given_dataset), ()
+    )
     required = [key for key in WORKLOAD_REQUIRED if key not in made]
     fields = mapping(findings, path, value, WORKLOAD_KEYS, required=required)
     if isinstance(value, dict):
@@ -440,6 +535,9 @@ def check_workload(
     api = fields.get("api", choice(APIS), stand_in.api)
     dataset = fields.get("dataset", _dataset(locate), stand_in.dataset)
     shared_prefix, input_len = _prompt_source(findings, path, fields, given_dataset)
+    multi_turn = _conversations(findings, path, fields, given_dataset, locate, api=api, input_len=input_len)
+    if multi_turn is not None:
+        input_len = multi_turn.first_input_len
     output_len = fields.get("output_len", bounded(BOUNDS["output_len"]), stand_in.output_len)
     concurrency = fields.get("concurrency", _concurrency, stand_in.concurrency)
     request_rate = fields.get("request_rate", _request_rates, stand_in.request_rate)
@@ -486,7 +584,8 @@ def check_workload(
         ),
         search_resolution=fields.get("search_resolution", bounded(BOUNDS["search_resolution"]), None),
         shared_prefix=shared_prefix,
-        cache_state=_cache_state(findings, path, fields, given_dataset),
+        multi_turn=multi_turn,
+        cache_state=_cache_state(findings, path, fields, given_dataset, multi_turn),
         trace=replay[0] if replay else None,
         trace_speedup=speedups,
     )

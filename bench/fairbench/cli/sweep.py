@@ -41,6 +41,7 @@ from fairbench.measure.workload import (
     DEFAULT_ARRIVAL,
     DEFAULT_BURSTINESS,
     DEFAULT_CACHE_STATE,
+    DEFAULT_MULTI_TURN,
     DEFAULT_PROMPTS_PER_LEVEL,
     DEFAULT_RANGE_RATIO,
     DEFAULT_SEED,
@@ -50,6 +51,7 @@ from fairbench.measure.workload import (
     GENERATED,
     GROUPED,
     MIN_PROMPTS_PER_LEVEL,
+    MULTI_TURN,
     POISSON,
     PRIMED,
     RANDOM_IDS,
@@ -57,6 +59,7 @@ from fairbench.measure.workload import (
     SHUFFLED,
     TRACE,
     LevelCount,
+    MultiTurn,
     SharedPrefix,
     TraceWindow,
     WorkloadError,
@@ -199,13 +202,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dataset",
         default=RANDOM_IDS,
-        help=f"{RANDOM_IDS}, {SHARED_PREFIX} (the --gsp-* options), or a ShareGPT-style JSON file",
+        help=f"{RANDOM_IDS}, {SHARED_PREFIX} (the --gsp-* options), {MULTI_TURN} (the --mt-* options), or "
+        "a ShareGPT-style JSON file",
     )
     tokens = bounded(bounds.TOKENS)
     parser.add_argument(
         "--input-len",
         type=tokens,
-        help=f"input tokens per request (with {SHARED_PREFIX}: the --gsp-* lengths together)",
+        help=f"input tokens per request (with {SHARED_PREFIX} or {MULTI_TURN}: the --gsp-* or --mt-* lengths "
+        "together)",
     )
     parser.add_argument(
         "--output-len", type=tokens, help="output tokens per request (required but with --trace)"
@@ -250,6 +255,48 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--gsp-ordered",
         action="store_true",
         help=f"send each group's requests together, group after group (default: {SHUFFLED}, from the seed)",
+    )
+    turns = parser.add_argument_group(
+        f"{MULTI_TURN}",
+        "conversations whose every turn sends the conversation so far, the server's replies included "
+        "(--concurrency: the conversations in flight; token ids need --api generate)",
+    )
+    default_turns = DEFAULT_MULTI_TURN
+    turns.add_argument(
+        "--mt-turns",
+        type=bounded(bounds.TURNS),
+        default=default_turns.turns,
+        help="turns of each conversation (default %(default)s)",
+    )
+    turns.add_argument(
+        "--mt-user-len",
+        type=tokens,
+        default=default_turns.user_len,
+        help="tokens of each user turn (default %(default)s)",
+    )
+    turns.add_argument(
+        "--mt-system-prompt-len",
+        type=bounded(bounds.SYSTEM_PROMPT_TOKENS),
+        default=default_turns.system_prompt_len,
+        help="tokens of each conversation's system prompt (default %(default)s: none)",
+    )
+    turns.add_argument(
+        "--mt-system-prompts",
+        type=bounded(bounds.SYSTEM_PROMPTS),
+        default=default_turns.system_prompts,
+        help="distinct system prompts, shared round-robin by the conversations (default %(default)s)",
+    )
+    turns.add_argument(
+        "--mt-think-time",
+        type=bounded(bounds.THINK_TIME_S),
+        default=default_turns.think_time_s,
+        help="seconds between a reply and the next turn (default %(default)g)",
+    )
+    turns.add_argument(
+        "--mt-sharegpt",
+        metavar="FILE",
+        help="take the user turns from this ShareGPT-style file's conversations (text prompts) instead "
+        "of --mt-user-len random tokens",
     )
     load = parser.add_mutually_exclusive_group(required=True)
     load.add_argument("--concurrency", type=concurrency_list, help="closed-loop levels, e.g. 1,2,4,8")
@@ -472,18 +519,35 @@ def _shared_prefix(args: argparse.Namespace) -> SharedPrefix | None:
     )
 
 
-def _input_len(args: argparse.Namespace, shared: SharedPrefix | None) -> int:
-    """``--input-len``, or the shared prefix's lengths, which it may repeat but not contradict."""
-    if shared is None:
+def _multi_turn(args: argparse.Namespace) -> MultiTurn | None:
+    if args.dataset != MULTI_TURN:
+        return None
+    if args.mt_sharegpt is not None and not _is_file(args.mt_sharegpt):
+        raise UsageError(f"--mt-sharegpt: {args.mt_sharegpt!r} is not a file")
+    return MultiTurn(
+        turns=args.mt_turns,
+        user_len=args.mt_user_len,
+        system_prompt_len=args.mt_system_prompt_len,
+        system_prompts=args.mt_system_prompts,
+        think_time_s=args.mt_think_time,
+        sharegpt=None if args.mt_sharegpt is None else str(Path(args.mt_sharegpt).absolute()),
+    )
+
+
+def _input_len(args: argparse.Namespace, shared: SharedPrefix | None, turns: MultiTurn | None) -> int:
+    """``--input-len``, or the shared prefix's or the first turn's lengths, which it may repeat but not
+    contradict."""
+    if shared is not None:
+        given, options = shared.input_len, "--gsp-system-prompt-len + --gsp-question-len"
+    elif turns is not None:
+        given, options = turns.first_input_len, "--mt-system-prompt-len + --mt-user-len"
+    else:
         if args.input_len is None:
-            raise UsageError("--input-len: required (but with --dataset shared-prefix)")
+            raise UsageError(f"--input-len: required (but with --dataset {SHARED_PREFIX} or {MULTI_TURN})")
         return int(args.input_len)
-    if args.input_len not in (None, shared.input_len):
-        raise UsageError(
-            f"--input-len: {args.input_len} is not --gsp-system-prompt-len + --gsp-question-len, "
-            f"{shared.input_len}: leave it out"
-        )
-    return shared.input_len
+    if args.input_len not in (None, given):
+        raise UsageError(f"--input-len: {args.input_len} is not {options}, {given}: leave it out")
+    return given
 
 
 def _trace_load(args: argparse.Namespace) -> dict[str, Any]:
@@ -523,6 +587,7 @@ def _check_trace_options(args: argparse.Namespace) -> None:
 
 def spec_from_args(args: argparse.Namespace) -> SweepSpec:
     shared = _shared_prefix(args)
+    turns = _multi_turn(args)
     if args.trace is not None:
         load = _trace_load(args)
     else:
@@ -530,7 +595,7 @@ def spec_from_args(args: argparse.Namespace) -> SweepSpec:
             raise UsageError("--output-len: required (but with --trace)")
         load = {
             "dataset": args.dataset,
-            "input_len": _input_len(args, shared),
+            "input_len": _input_len(args, shared, turns),
             "output_len": args.output_len,
             "request_rate": tuple(args.request_rate or ()),
             "arrival": args.arrival,
@@ -547,6 +612,7 @@ def spec_from_args(args: argparse.Namespace) -> SweepSpec:
         burstiness=args.burstiness,
         search_resolution=args.search_resolution,
         shared_prefix=shared,
+        multi_turn=turns,
         cache_state=args.cache_state,
         **load,
     )
@@ -580,7 +646,9 @@ def spec_from_args(args: argparse.Namespace) -> SweepSpec:
 def _check_together(args: argparse.Namespace) -> None:
     """The checks no option's type can make alone; UsageError names the option."""
     if args.dataset not in GENERATED and not _is_file(args.dataset):
-        raise UsageError(f"--dataset: {args.dataset!r} is not {RANDOM_IDS!r}, {SHARED_PREFIX!r} nor a file")
+        raise UsageError(
+            f"--dataset: {args.dataset!r} is not {RANDOM_IDS!r}, {SHARED_PREFIX!r}, {MULTI_TURN!r} nor a file"
+        )
     if args.trace is None:
         _check_levels(args)
     if (problem := _url_problem(args.url)) is not None:

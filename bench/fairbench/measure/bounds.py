@@ -97,6 +97,14 @@ TRACE_DURATION_S = Bound(0.001, 366 * 24 * 3600.0, "seconds", integer=False)
 """How long a trace replay's window lasts: at least a millisecond (a trace's resolution), at most a year."""
 TRACE_REQUESTS = Bound(2, 10_000_000, "requests")
 """The most requests of a trace replayed: at least two (a rate needs a span); REQUESTS's largest."""
+TURNS = Bound(1, 1_000, "turns")
+"""The turns of a multi-turn conversation."""
+THINK_TIME_S = Bound(0.0, 3600.0, "seconds", integer=False)
+"""The pause between a multi-turn conversation's reply and its next turn."""
+SYSTEM_PROMPTS = Bound(1, 1_000_000, "system prompts")
+"""The distinct system prompts of a multi-turn workload's conversations."""
+SYSTEM_PROMPT_TOKENS = Bound(0, 10_000_000, "tokens")
+"""A multi-turn conversation's system prompt: none (0) up to TOKENS's largest."""
 BURSTINESS = Bound(0.001, 1_000, "(a gamma shape)", integer=False)
 """Gamma arrivals' shape: the gaps' coefficient of variation is 1 / sqrt(shape), from 31.6 (nearly every
 request in one burst) to 0.03 (nearly even gaps); beyond, a typo."""

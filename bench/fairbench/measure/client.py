@@ -115,6 +115,47 @@ def _generate_count(data: dict[str, Any]) -> EventCount:
     return meta.get("completion_tokens"), meta.get("prompt_tokens"), bool(data.get("text")), True
 
 
+class Reply:
+    """What a stream's events wrote, joined: token ids (``/generate``'s ``output_ids``) and text."""
+
+    __slots__ = ("ids", "text")
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self.text: list[str] = []
+
+
+def _generate_reply(reply: Reply, data: dict[str, Any]) -> None:
+    """``/generate``'s event: its ``output_ids`` and ``text`` are the whole output so far (SGLang's
+    default) or only the event's (``--incremental-streaming-output``). Which one, each event says: whole
+    when it holds as many ids as its ``completion_tokens``, so the reply is replaced, else extended."""
+    ids = data.get("output_ids")
+    if not isinstance(ids, list):
+        return
+    text = data.get("text")
+    if len(ids) == (data.get("meta_info") or {}).get("completion_tokens"):
+        reply.ids = ids
+        reply.text = [text] if isinstance(text, str) else []
+    else:
+        reply.ids.extend(ids)
+        if isinstance(text, str):
+            reply.text.append(text)
+
+
+def _openai_reply(reply: Reply, data: dict[str, Any]) -> None:
+    """A completions or chat event's text: a choice's ``text``, or its delta's ``content`` (a reasoning
+    model's ``reasoning_content`` is left out, as chat clients leave it out of the next turn)."""
+    choices = data.get("choices")
+    if not choices:
+        return
+    choice = choices[0]
+    text = choice.get("text")
+    if text is None:
+        text = (choice.get("delta") or {}).get("content")
+    if isinstance(text, str):
+        reply.text.append(text)
+
+
 def _cached_tokens(data: dict[str, Any] | None) -> int | None:
     """The cached prompt tokens a stream's last event reports: ``meta_info.cached_tokens`` on
     ``/generate`` (always), ``usage.prompt_tokens_details.cached_tokens`` on the OpenAI APIs (only from a
@@ -172,16 +213,18 @@ def _text(tokens: list[int] | str) -> str:
     return tokens if isinstance(tokens, str) else " ".join(map(str, tokens))
 
 
-def _whole_input(prompt: Prompt) -> list[int] | str:
-    """The request's input as one prompt: its system prompt, if any, then the rest; text joined as
-    sglang.bench_serving's shared-prefix prompts are, ``f"{system}\n\n{question}"`` (a primer's is the
-    system prompt alone)."""
-    system, rest = prompt.system, prompt.prompt
-    if system is None:
-        return rest
-    if isinstance(system, list) and isinstance(rest, list):
-        return system + rest
-    return f"{_text(system)}\n\n{_text(rest)}" if rest else _text(system)
+def _messages(prompt: Prompt) -> list[dict[str, str]]:
+    """The chat API's messages: a conversation's turn as a chat client sends it (its system prompt as the
+    system message, each earlier turn as the user's message and the assistant's reply, then the user's
+    turn); any other prompt as one user message of its whole input, as sglang.bench_serving sends it."""
+    if prompt.conversation is None:
+        return [{"role": "user", "content": _text(prompt.whole_input())}]
+    messages = [] if prompt.system is None else [{"role": "system", "content": _text(prompt.system)}]
+    for user, reply in prompt.earlier:
+        messages.append({"role": "user", "content": _text(user)})
+        messages.append({"role": "assistant", "content": _text(reply)})
+    messages.append({"role": "user", "content": _text(prompt.prompt)})
+    return messages
 
 
 class ApiFormat:
@@ -207,7 +250,7 @@ class ApiFormat:
         if self.name == "generate":
             key = "text" if isinstance(prompt.prompt, str) else "input_ids"
             payload: dict[str, Any] = {
-                key: _whole_input(prompt),
+                key: prompt.whole_input(),
                 "sampling_params": {
                     "max_new_tokens": prompt.output_len,
                     "temperature": 0.0,
@@ -224,16 +267,18 @@ class ApiFormat:
                 "ignore_eos": True,
             }
             if self.name == CHAT:
-                payload["messages"] = [{"role": "user", "content": _text(_whole_input(prompt))}]
+                payload["messages"] = _messages(prompt)
             else:
-                payload["prompt"] = _whole_input(prompt)
+                payload["prompt"] = prompt.whole_input()
             payload["stream"] = True
             payload["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
             payload["rid"] = rid
         return orjson.dumps(payload)
 
-    def parser(self) -> StreamParser:
-        return StreamParser(self._count)
+    def parser(self, *, keep_reply: bool = False) -> StreamParser:
+        """A stream's parser; with ``keep_reply``, it also keeps what the server wrote (``reply``)."""
+        reply = (_generate_reply if self.name == "generate" else _openai_reply) if keep_reply else None
+        return StreamParser(self._count, reply)
 
     def parse(self, reads: list[tuple[int, bytes]]) -> StreamCounts:
         """Parse a whole stream given as (arrival_ns, bytes) reads."""
@@ -251,8 +296,15 @@ class StreamParser:
     one token per non-empty event, corrected by its final usage.
     """
 
-    def __init__(self, count: Callable[[dict[str, Any]], EventCount]) -> None:
+    def __init__(
+        self,
+        count: Callable[[dict[str, Any]], EventCount],
+        keep_reply: Callable[[Reply, dict[str, Any]], None] | None = None,
+    ) -> None:
         self._count = count
+        self._keep_reply = keep_reply
+        self.reply = Reply()
+        """What the server wrote, where the parser keeps it (``ApiFormat.parser``)."""
         self.chunk_ns: list[int] = []
         self.chunk_tokens: list[int] = []
         self.last_read_ns = 0
@@ -288,6 +340,8 @@ class StreamParser:
                 self._first = False
                 self.server_sent_s = _server_sent_s(message)
             self._last = message
+            if self._keep_reply is not None:
+                self._keep_reply(self.reply, message)
             total, prompt_tokens, has_text, carries_output = self._count(message)
             if prompt_tokens is not None:
                 self._prompt_len = prompt_tokens
@@ -493,8 +547,22 @@ class StreamClient:
         scheduled_ns (negative if sent early). Without it, ``start_ns`` is the send and the delay 0.
         Never raises for a failure of the request: the record says what went wrong.
         """
+        return await self._send(prompt, body, rid, self.api.parser(), scheduled_ns)
+
+    async def turn(self, prompt: Prompt, body: bytes, rid: str) -> tuple[RequestRecord, list[int] | str]:
+        """Send a conversation's turn as ``request`` sends a request; its record, and the server's reply:
+        its token ids where ``prompt`` is token ids, else its text (empty where the request failed)."""
+        parser = self.api.parser(keep_reply=True)
+        record = await self._send(prompt, body, rid, parser, None)
+        reply = parser.reply
+        return record, reply.ids if isinstance(prompt.prompt, list) else "".join(reply.text)
+
+    async def _send(
+        self, prompt: Prompt, body: bytes, rid: str, parser: StreamParser, scheduled_ns: int | None
+    ) -> RequestRecord:
         record = RequestRecord(prompt.index, prompt.prompt_len, prompt.output_len, rid=rid)
-        parser = self.api.parser()
+        if prompt.conversation is not None:
+            record.turn = prompt.turn
         task = asyncio.current_task()
         assert task is not None, "request() runs in a task"
         watched = _InFlight(task, parser)

@@ -1,10 +1,11 @@
 """The closed loop: C workers, each sending its next request the moment its last one ends.
 
 It is the load pattern of ``sglang.bench_serving --request-rate inf --max-concurrency C``; the open
-loop of scheduled arrivals is in arrivals.py. Both stop sending on the same error-rate rule. The
-workers take their requests from a ``Tickets`` source: the point's own list in one process
-(``LocalTickets``), or one shared by the client's processes (``client_processes.SharedTickets``), so
-that C streams over N processes still form one loop of C.
+loop of scheduled arrivals is in arrivals.py. Both stop sending on the same error-rate rule. A worker
+that takes a conversation's first turn sends its later turns too (conversation.py), so that C counts
+conversations in flight. The workers take their requests from a ``Tickets`` source: the point's own
+list in one process (``LocalTickets``), or one shared by the client's processes
+(``client_processes.SharedTickets``), so that C streams over N processes still form one loop of C.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from fairbench.measure.client import StreamClient
+from fairbench.measure.conversation import converse
 from fairbench.measure.records import RequestRecord
 from fairbench.measure.workload import Prompt
 
@@ -52,6 +54,9 @@ class PreparedRequest:
     prompt: Prompt
     rid: str
     body: bytes
+    later: tuple[tuple[Prompt, str], ...] = ()
+    """Where ``prompt`` is a conversation's first turn: its later turns with their request ids, sent one
+    after another by the same stream (``measure.conversation``)."""
 
 
 class Tickets(Protocol):
@@ -97,20 +102,35 @@ async def run_closed_loop(
     tickets: Tickets,
     concurrency: int,
     on_done: Callable[[RequestRecord], None],
+    think_time_s: float = 0.0,
 ) -> list[RequestRecord]:
     """Send the requests ``tickets`` gives with ``concurrency`` in flight; returns their records.
 
     Each of ``concurrency`` workers takes a request, sends it, and takes the next once it ended, until the
-    tickets run out or the error-rate rule stops them (those in flight are allowed to end).
+    tickets run out or the error-rate rule stops them (those in flight are allowed to end). A request
+    that starts a conversation is the whole conversation (``conversation.converse``, ``think_time_s``
+    between its turns): ``concurrency`` counts conversations in flight.
     """
     records: list[RequestRecord] = []
 
+    def ended(record: RequestRecord) -> None:
+        records.append(record)
+        on_done(record)
+        tickets.ended(record)
+
     async def worker() -> None:
         while (request := tickets.take()) is not None:
-            record = await client.request(request.prompt, request.body, request.rid)
-            records.append(record)
-            on_done(record)
-            tickets.ended(record)
+            if not request.later:
+                ended(await client.request(request.prompt, request.body, request.rid))
+                continue
+            await converse(
+                client,
+                (request.prompt, request.body, request.rid),
+                request.later,
+                think_time_s=think_time_s,
+                ended=ended,
+                stopped=lambda: tickets.stopped,
+            )
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     return records

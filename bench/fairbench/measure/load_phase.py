@@ -30,6 +30,8 @@ class Phase:
     offsets_s: Sequence[float] | None = None
     """An open loop's arrival offsets, one per request; None: a closed loop."""
     max_error_rate: float | None = None
+    think_time_s: float = 0.0
+    """A closed loop's pause between a conversation's reply and its next turn."""
 
 
 @dataclass(slots=True)
@@ -69,7 +71,13 @@ async def drive(
     origin_ns = perf_counter_ns() if start_ns is None else start_ns
     if phase.offsets_s is None:
         source = tickets if tickets is not None else LocalTickets(phase.requests, phase.max_error_rate)
-        records = await run_closed_loop(client, tickets=source, concurrency=phase.in_flight, on_done=on_done)
+        records = await run_closed_loop(
+            client,
+            tickets=source,
+            concurrency=phase.in_flight,
+            on_done=on_done,
+            think_time_s=phase.think_time_s,
+        )
         stopped = source.stopped
     else:
         result = await run_open_loop(

@@ -444,6 +444,34 @@ def cache_metrics(
     }
 
 
+def turn_metrics(records: Sequence[RequestRecord], turns: int) -> dict[str, list[float | None]]:
+    """A multi-turn point's figures by turn k (0 to ``turns`` - 1), each over the ok requests of turn k
+    (``RequestRecord.turn``), null for a turn none of whose requests succeeded:
+
+    - median_ttft_ms_by_turn[k] = median(TTFT in ms): where the prefix cache does its job, a later turn's
+      first token comes about as soon as the first turn's, however long the conversation has grown
+    - mean_input_tokens_by_turn[k] = mean(prompt_len)
+    - mean_cached_tokens_by_turn[k] = mean(cached_tokens), null also where one did not report it
+    """
+    by_turn: list[list[RequestRecord]] = [[] for _ in range(turns)]
+    for record in records:
+        if record.success and record.turn is not None and record.turn < turns:
+            by_turn[record.turn].append(record)
+    ttft: list[float | None] = []
+    inputs: list[float | None] = []
+    cached: list[float | None] = []
+    for done in by_turn:
+        ttft.append(median([record.ttft_ns / NS_PER_MS for record in done]) if done else None)
+        inputs.append(mean([record.prompt_len for record in done]) if done else None)
+        reported = [record.cached_tokens for record in done]
+        cached.append(None if not done or None in reported else mean([value or 0 for value in reported]))
+    return {
+        "median_ttft_ms_by_turn": ttft,
+        "mean_input_tokens_by_turn": inputs,
+        "mean_cached_tokens_by_turn": cached,
+    }
+
+
 def accept_length(server_info: object) -> float | None:
     """sglang.bench_serving's ``accept_length``: the mean number of tokens a speculative decoding step
     accepts, as the server reports it in ``/server_info``: internal_states[0].avg_spec_accept_length (that

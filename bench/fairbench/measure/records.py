@@ -64,6 +64,10 @@ class RequestRecord:
     SGLang gives only with ``--enable-cache-report``); None when it did not say, and in files written
     before it existed."""
 
+    turn: int | None = None
+    """The request's turn in its multi-turn conversation, from 0; None outside a multi-turn workload, and
+    in files written before it existed."""
+
     @property
     def success(self) -> bool:
         return not self.error

@@ -54,6 +54,7 @@ from fairbench.measure.metrics import (
     point_metrics,
     slo_metrics,
     steady_window,
+    turn_metrics,
 )
 from fairbench.measure.point_flags import client_flags, server_flags
 from fairbench.measure.progress import Progress
@@ -81,12 +82,15 @@ from fairbench.measure.workload import (
     DEFAULT_PROMPTS_PER_LEVEL,
     DEFAULT_WARMUP,
     GENERATED,
+    MULTI_TURN,
     PRIMED,
     RANDOM_IDS,
     SHARED_PREFIX,
     LevelCount,
+    MultiTurn,
     Prompt,
     PromptSource,
+    WorkloadError,
     WorkloadSpec,
     level_count,
 )
@@ -104,9 +108,9 @@ REQUEST_RATE = "inf"
 ``max_concurrency`` requests in flight) is fairbench's closed loop. SGLang writes the float infinity, which
 json.dumps spells ``Infinity``: not JSON. The string "inf" is, and ``float()`` reads it back (as SGLang's
 other string value, "trace", shows, the key is a number or a string already)."""
-DATASET_NAMES = {RANDOM_IDS: RANDOM_IDS, SHARED_PREFIX: "generated-shared-prefix"}
+DATASET_NAMES = {RANDOM_IDS: RANDOM_IDS, SHARED_PREFIX: "generated-shared-prefix", MULTI_TURN: MULTI_TURN}
 """sglang.bench_serving's ``--dataset-name`` of each dataset fairbench generates (a file is ``sharegpt``, a
-trace its format: ``mooncake``, ``azure``)."""
+trace its format: ``mooncake``, ``azure``); it has no multi-turn dataset, which keeps fairbench's name."""
 DEFAULT_MAX_ERROR_RATE = 0.5
 """The share of a level's requests that may fail before the level is stopped."""
 
@@ -171,6 +175,17 @@ class SweepSpec:
     def __post_init__(self) -> None:
         self.prompts_per_level = level_count(self.prompts_per_level)
         self.warmup = level_count(self.warmup)
+        if self.workload.multi_turn is not None:
+            if self.open_loop:
+                raise WorkloadError(
+                    "request_rate: multi-turn conversations run in a closed loop (concurrency: the "
+                    "conversations in flight)"
+                )
+            if self.workload.sends_token_ids and self.api != "generate":
+                raise WorkloadError(
+                    f"api: {self.api} answers a token-id conversation's turns with text, which the next "
+                    "turn cannot send as ids: use generate (its replies are token ids) or chat (text)"
+                )
 
     def settings(self, vocabulary: Vocabulary | None, model: str | None) -> dict[str, Any]:
         """The inputs a resumed sweep must share with the original (see ResultsDir.prepare); ``vocabulary``
@@ -184,7 +199,7 @@ class SweepSpec:
             "workload": {
                 key: value
                 for key, value in asdict(self.workload).items()
-                if key != "cache_state" and not (key == "shared_prefix" and value is None)
+                if key != "cache_state" and not (key in ("shared_prefix", "multi_turn") and value is None)
             },
             "vocabulary": vocabulary.to_json() if vocabulary else None,
             "concurrency": self.concurrency,
@@ -276,23 +291,28 @@ class Sweep:
         self.last_point_ended_at: float | None = None
         """Epoch seconds: when the last point written by this call was on disk."""
 
-    def prepare(
-        self, workload: PromptSource, api: ApiFormat, level: float, repeat: int, count: int, *, phase: str
-    ) -> list[PreparedRequest]:
+    def prompts(
+        self, workload: PromptSource, level: float, repeat: int, count: int, *, phase: str
+    ) -> list[Prompt]:
         tag = level_tag(level, open_loop=self.spec.open_loop)
-        prompts = workload.prompts(count, level=tag, repeat=repeat, phase=phase)
-        return self.prepared(prompts, api, level, repeat, phase=phase)
+        return workload.prompts(count, level=tag, repeat=repeat, phase=phase)
 
     def prepared(
         self, prompts: list[Prompt], api: ApiFormat, level: float, repeat: int, *, phase: str
     ) -> list[PreparedRequest]:
-        """``prompts`` with their request ids and bodies, made before the clock starts."""
+        """``prompts`` with their request ids and bodies, made before the clock starts: one request per
+        prompt, or per conversation, its first turn's body made and its later turns' left to be made
+        with the replies (``PreparedRequest.later``)."""
         prefix = f"fairbench-{self.run_nonce}-{self.spec.point_id(level, repeat)}-{phase}"
-        rids = [f"{prefix}-{prompt.index}" for prompt in prompts]
-        return [
-            PreparedRequest(prompt, rid, api.body(prompt, rid))
-            for prompt, rid in zip(prompts, rids, strict=True)
-        ]
+        prepared: list[PreparedRequest] = []
+        for prompt in prompts:
+            rid = f"{prefix}-{prompt.index}"
+            if prompt.turn == 0:
+                prepared.append(PreparedRequest(prompt, rid, api.body(prompt, rid)))
+            else:
+                first = prepared[-1]
+                prepared[-1] = replace(first, later=(*first.later, (prompt, rid)))
+        return prepared
 
     def identity(self) -> RunIdentity:
         """The identity this sweep's point lines carry: the spec's, each field it leaves out taken from the
@@ -549,9 +569,11 @@ class Sweep:
         spec = self.spec
         pid = spec.point_id(level, repeat)
         count = workload.measured_count(spec.prompts_per_level, level)
-        warmup_count = spec.warmup.at(level)
-        requests = self.prepare(workload, client.api, level, repeat, count, phase="measure")
-        prompts = [request.prompt for request in requests]
+        prompts = self.prompts(workload, level, repeat, count, phase="measure")
+        requests = self.prepared(prompts, client.api, level, repeat, phase="measure")
+        # A multi-turn workload's warmup is whole conversations too.
+        warmups = self.prompts(workload, level, repeat, spec.warmup.at(level), phase="warmup")
+        warmup_count = len(warmups)
         cache_state = spec.workload.cache_state
         if spec.workload.flushes:
             status, body = await client.post("/flush_cache")
@@ -562,7 +584,7 @@ class Sweep:
             self.progress.start(f"{pid} warmup", warmup_count)
             warmup = await self._loop(
                 client,
-                self.prepare(workload, client.api, level, repeat, warmup_count, phase="warmup"),
+                self.prepared(warmups, client.api, level, repeat, phase="warmup"),
                 level,
                 workload,
                 seed=f"{pid}-warmup",
@@ -629,6 +651,7 @@ class Sweep:
             "warmup_failed": warmup_failed,
             **cache_metrics(records, workload.designed_cached_tokens(prompts, cache_state), cache_state),
             **({"primers_failed": primers_failed} if cache_state == PRIMED else {}),
+            **(multi_turn_fields(records, turns) if (turns := spec.workload.multi_turn) else {}),
             "stopped_early": measured.stopped_early,
             # With one process, includes the energy sampler thread's CPU (tests/perf/energy_check.py).
             "client_cpu_s": sum(use["cpu_s"] for use in uses),
@@ -694,7 +717,11 @@ class Sweep:
                 burstiness=spec.burstiness,
                 seed=int.from_bytes(f"{spec.workload.seed}/{seed}".encode(), "big") % 2**63,
             )
-        return await self._run(client, Phase(requests, spec.in_flight(level), offsets, max_error_rate))
+        turns = spec.workload.multi_turn
+        think_time_s = 0.0 if turns is None else turns.think_time_s
+        return await self._run(
+            client, Phase(requests, spec.in_flight(level), offsets, max_error_rate, think_time_s)
+        )
 
     async def _run(self, client: StreamClient, phase: Phase) -> PhaseResult:
         """``phase`` in this process or over the client's worker processes."""
@@ -731,6 +758,22 @@ def _listed_points(points: list[dict[str, Any]], level: float) -> list[dict[str,
 
 def _throughputs(points: list[dict[str, Any]]) -> list[float]:
     return [float(point[JUDGED_METRIC]) for point in points if point.get(JUDGED_METRIC) is not None]
+
+
+def multi_turn_fields(records: list[RequestRecord], turns: MultiTurn) -> dict[str, Any]:
+    """A multi-turn point's own fields: its conversations' shape, how many it started (each sends its
+    first turn once), how many a failed turn ended before their last (each such one failed once), and the
+    figures by turn (``metrics.turn_metrics``)."""
+    last = turns.turns - 1
+    return {
+        "turns": turns.turns,
+        "think_time_s": turns.think_time_s,
+        "conversations": sum(record.turn == 0 for record in records),
+        "conversations_cut": sum(
+            not record.success and record.turn is not None and record.turn < last for record in records
+        ),
+        **turn_metrics(records, turns.turns),
+    }
 
 
 def open_loop_fields(records: list[RequestRecord], spec: SweepSpec) -> dict[str, Any]:

@@ -30,7 +30,6 @@ from fairbench.measure.traces import (
 )
 from fairbench.measure.vocabulary import Vocabulary
 from fairbench.measure.workload import (
-    PRIMED,
     LevelCount,
     Prompt,
     PromptSource,
@@ -91,8 +90,6 @@ class TraceReplay:
     def __init__(self, spec: WorkloadSpec, vocabulary: Vocabulary | None = None) -> None:
         if spec.trace is None:
             raise WorkloadError("trace: a replay needs the trace's window")
-        if spec.cache_state == PRIMED:
-            raise WorkloadError(f"cache_state: {PRIMED} primes shared prefixes: a trace has none to prime")
         self.spec = spec
         self.requests = load_window(spec.trace)
         self.rate = own_rate(self.requests)

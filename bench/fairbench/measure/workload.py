@@ -1,5 +1,7 @@
-"""Prompts for a sweep point: exact-length random token ids, a local ShareGPT-style file, or groups of
-prompts that share a system prompt. (A request trace's are built by ``measure.trace_replay``.)
+"""Prompts for a sweep point: exact-length random token ids, a local ShareGPT-style file, groups of
+prompts that share a system prompt, or conversations of several turns. (A request trace's are built by
+``measure.trace_replay``; a conversation's later turns, which hold the server's replies, by
+``measure.conversation`` as the replies come.)
 
 Every point gets its own prompts, derived from (seed, phase, concurrency, repeat)
 alone: a campaign is reproducible bit for bit, and no two points (nor a point and
@@ -33,10 +35,13 @@ SHARED_PREFIX = "shared-prefix"
 """The dataset of groups of prompts sharing a system prompt (``SharedPrefix``)."""
 TRACE = "trace"
 """The dataset of a request trace's window (``TraceWindow``): its requests' lengths and shared blocks, each
-sent at its time in the trace (``measure.trace_replay``). Any other dataset than these three is a
-ShareGPT-style file."""
-GENERATED = (RANDOM_IDS, SHARED_PREFIX, TRACE)
-"""The datasets fairbench generates, of exact lengths in tokens."""
+sent at its time in the trace (``measure.trace_replay``)."""
+MULTI_TURN = "multi-turn"
+"""The dataset of conversations (``MultiTurn``) whose every turn sends the conversation so far, the
+server's own replies included. Any other dataset than these four is a ShareGPT-style file."""
+GENERATED = (RANDOM_IDS, SHARED_PREFIX, TRACE, MULTI_TURN)
+"""The datasets fairbench generates, of exact lengths in tokens (a multi-turn workload's user turns may
+come from a ShareGPT-style file: ``MultiTurn.sharegpt``)."""
 GROUPED = "grouped"
 """A shared-prefix point sends each group's prompts one after another, group after group."""
 SHUFFLED = "shuffled"
@@ -101,6 +106,14 @@ class Prompt:
     """The shared-prefix group of the prompt; None outside a shared-prefix workload."""
     hash_ids: tuple[int, ...] = ()
     """A trace's blocks of the prompt's content, in order (``measure.traces.TraceRequest.hash_ids``)."""
+    conversation: int | None = None
+    """The multi-turn conversation the prompt is a turn of; None outside a multi-turn workload."""
+    turn: int = 0
+    """The prompt's turn in its conversation, from 0."""
+    earlier: tuple[tuple[list[int] | str, list[int] | str], ...] = ()
+    """The conversation's earlier turns, each its user turn and the server's reply, in order: what the
+    request sends between its system prompt and ``prompt``. Filled in as the replies come
+    (``measure.conversation``)."""
 
     @property
     def shared_len(self) -> int:
@@ -115,6 +128,29 @@ class Prompt:
         assert self.system is not None, "only a prompt with a system prompt has a primer"
         empty: list[int] | str = [] if isinstance(self.system, list) else ""
         return Prompt(self.index, empty, self.shared_len, 1, self.system, self.group)
+
+    def whole_input(self) -> list[int] | str:
+        """The request's input as one prompt: its system prompt, its conversation's earlier turns (each
+        user turn followed by its reply), then ``prompt``. Text parts are joined by a blank line, as
+        sglang.bench_serving's shared-prefix prompts are (``f"{system}\n\n{question}"``), except that a
+        reply follows its user turn directly: the next turn then starts with exactly the text the server
+        saw and wrote, which its prefix cache holds. (A primer's is the system prompt alone.)"""
+        if self.system is None and not self.earlier:
+            return self.prompt
+        earlier = [part for turn in self.earlier for part in turn]
+        ids = [part for part in earlier if isinstance(part, list)]
+        system = self.system
+        if isinstance(self.prompt, list) and len(ids) == len(earlier) and not isinstance(system, str):
+            return [*(system or ()), *(token for part in ids for token in part), *self.prompt]
+        parts = [] if system is None else [_text(system)]
+        parts += [_text(user) + _text(reply) for user, reply in self.earlier]
+        if self.prompt or not parts:
+            parts.append(_text(self.prompt))
+        return "\n\n".join(parts)
+
+
+def _text(tokens: list[int] | str) -> str:
+    return tokens if isinstance(tokens, str) else " ".join(map(str, tokens))
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +192,54 @@ DEFAULT_SHARED_PREFIX = SharedPrefix(
 """sglang.bench_serving's ``--gsp-*`` defaults, each key's where it is left out."""
 SHARED_PREFIX_KEYS = tuple(field.name for field in fields(SharedPrefix))
 """A shared-prefix workload's keys, as a campaign file and ``SharedPrefix.to_json`` spell them."""
+
+
+@dataclass(frozen=True, slots=True)
+class MultiTurn:
+    """Conversations of ``turns`` turns each. Turn k sends the conversation's system prompt, its user turns
+    0 to k and the server's own replies to turns 0 to k - 1, as they came back (not canned ones): what a
+    chat server's prefix cache sees in production. A point at concurrency C holds C conversations in
+    flight, each sending its next turn ``think_time_s`` after its last reply ended.
+
+    A user turn is ``user_len`` random tokens, or, with ``sharegpt``, the k-th human turn of one of that
+    file's conversations (those with fewer human turns are left out). The system prompt is
+    ``system_prompt_len`` tokens (0: none), one of ``system_prompts`` distinct ones, conversation j's being
+    j mod ``system_prompts``: a long system prompt shared by every conversation is an agent's."""
+
+    turns: int
+    user_len: int = 128
+    system_prompt_len: int = 0
+    system_prompts: int = 1
+    think_time_s: float = 0.0
+    sharegpt: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("turns", "user_len", "system_prompts"):
+            if (value := getattr(self, name)) < 1:
+                raise WorkloadError(f"multi_turn.{name}: {value} must be a positive integer")
+        if self.system_prompt_len < 0:
+            raise WorkloadError(f"multi_turn.system_prompt_len: {self.system_prompt_len} must be 0 or more")
+        if not (math.isfinite(self.think_time_s) and self.think_time_s >= 0):
+            raise WorkloadError(f"multi_turn.think_time_s: {self.think_time_s} must be seconds >= 0")
+
+    @property
+    def first_input_len(self) -> int:
+        """A synthetic conversation's first turn: its system prompt and one user turn."""
+        return self.system_prompt_len + self.user_len
+
+    def conversations(self, requests: int) -> int:
+        """The conversations of a point measuring at least ``requests`` turns."""
+        return -(-requests // self.turns)
+
+    def to_json(self) -> dict[str, int | float | str]:
+        """The campaign file's spelling: ``MULTI_TURN_KEYS``, ``sharegpt`` only where set."""
+        return {key: value for key in MULTI_TURN_KEYS if (value := getattr(self, key)) is not None}
+
+
+DEFAULT_MULTI_TURN = MultiTurn(turns=4)
+"""Each key's value where a multi-turn workload leaves it out."""
+MULTI_TURN_KEYS = tuple(field.name for field in fields(MultiTurn))
+"""A multi-turn workload's keys, as a campaign file and ``MultiTurn.to_json`` spell them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,22 +288,31 @@ class WorkloadSpec:
     trace: TraceWindow | None = None
     """The window of the ``trace`` dataset, whose requests set their own lengths (``input_len`` and
     ``output_len`` are unused); None for any other."""
+    multi_turn: MultiTurn | None = None
+    """The conversations of the ``multi-turn`` dataset, whose first turn's input ``input_len`` is (unused
+    where the user turns come from a file); None for any other."""
 
     def __post_init__(self) -> None:
-        if (self.dataset == SHARED_PREFIX) != (self.shared_prefix is not None):
-            raise WorkloadError(f"shared_prefix: given exactly when the dataset is {SHARED_PREFIX}")
-        if (self.dataset == TRACE) != (self.trace is not None):
-            raise WorkloadError(f"trace: given exactly when the dataset is {TRACE}")
+        for dataset, key in ((SHARED_PREFIX, "shared_prefix"), (TRACE, "trace"), (MULTI_TURN, "multi_turn")):
+            if (self.dataset == dataset) != (getattr(self, key) is not None):
+                raise WorkloadError(f"{key}: given exactly when the dataset is {dataset}")
         if self.shared_prefix is not None and self.input_len != self.shared_prefix.input_len:
             raise WorkloadError(
                 f"input_len: {self.input_len} must be the shared prefix's system_prompt_len + question_len, "
                 f"{self.shared_prefix.input_len}"
             )
+        turns = self.multi_turn
+        if turns is not None and turns.sharegpt is None and self.input_len != turns.first_input_len:
+            raise WorkloadError(
+                f"input_len: {self.input_len} must be the first turn's, multi_turn's system_prompt_len + "
+                f"user_len, {turns.first_input_len}"
+            )
         if self.cache_state not in CACHE_STATES:
             raise WorkloadError(f"cache_state: {self.cache_state!r} is not one of {', '.join(CACHE_STATES)}")
-        if self.cache_state == PRIMED and self.shared_prefix is None:
+        if self.cache_state == PRIMED and not self.has_system_prompts:
             raise WorkloadError(
-                f"cache_state: {PRIMED} primes shared prefixes: the dataset must be {SHARED_PREFIX}"
+                f"cache_state: {PRIMED} primes shared system prompts: the dataset must be {SHARED_PREFIX}, "
+                f"or {MULTI_TURN} with a system_prompt_len"
             )
         if self.input_len < 1:
             raise WorkloadError(f"input_len: {self.input_len} must be a positive integer")
@@ -233,7 +326,14 @@ class WorkloadSpec:
     @property
     def sends_token_ids(self) -> bool:
         """Whether prompts are random token ids, which must exist in the served model's vocabulary."""
-        return self.dataset in GENERATED and not self.as_text
+        from_file = self.multi_turn is not None and self.multi_turn.sharegpt is not None
+        return self.dataset in GENERATED and not self.as_text and not from_file
+
+    @property
+    def has_system_prompts(self) -> bool:
+        """Whether the prompts share system prompts, which ``cache_state: primed`` sends before a point."""
+        turns = self.multi_turn
+        return self.shared_prefix is not None or (turns is not None and turns.system_prompt_len > 0)
 
     @property
     def flushes(self) -> bool:
@@ -277,8 +377,8 @@ def usable_ids(spec: WorkloadSpec, vocabulary: Vocabulary | None) -> array[int]:
     return array("I", vocabulary.usable_ids() if vocabulary and spec.sends_token_ids else ())
 
 
-def _load_sharegpt(path: Path) -> list[str]:
-    """First human turn of every conversation with at least two turns."""
+def _read_sharegpt(path: Path) -> list[object]:
+    """A ShareGPT-style file's list of conversations."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -291,16 +391,49 @@ def _load_sharegpt(path: Path) -> list[str]:
         raise WorkloadError(f"dataset: {path}: nested too deeply to be a list of conversations") from None
     if not isinstance(data, list):
         raise WorkloadError(f"dataset: {path}: must be a JSON list of conversations")
+    return data
+
+
+def _turns_of(item: object) -> list[object]:
+    turns = item.get("conversations", item.get("conversation")) if isinstance(item, dict) else None
+    return turns if isinstance(turns, list) else []
+
+
+def _load_sharegpt(path: Path) -> list[str]:
+    """First turn of every conversation with at least two turns."""
     prompts = []
-    for item in data:
-        turns = item.get("conversations", item.get("conversation")) if isinstance(item, dict) else None
-        if isinstance(turns, list) and len(turns) >= 2 and isinstance(turns[0], dict):
+    for item in _read_sharegpt(path):
+        turns = _turns_of(item)
+        if len(turns) >= 2 and isinstance(turns[0], dict):
             text = turns[0].get("value")
             if isinstance(text, str) and text:
                 prompts.append(text)
     if not prompts:
         raise WorkloadError(f"dataset: {path}: no conversation with two or more turns")
     return prompts
+
+
+HUMAN_ROLES = ("human", "user")
+"""A ShareGPT turn's ``from`` where the user speaks."""
+
+
+def _load_user_turns(path: Path, turns: int) -> list[list[str]]:
+    """The first ``turns`` human turns of every conversation that has that many (non-empty)."""
+    conversations = []
+    for item in _read_sharegpt(path):
+        said = [
+            turn["value"]
+            for turn in _turns_of(item)
+            if isinstance(turn, dict)
+            and turn.get("from") in HUMAN_ROLES
+            and isinstance(turn.get("value"), str)
+            and turn["value"]
+        ]
+        if len(said) >= turns:
+            conversations.append(said[:turns])
+    if not conversations:
+        raise WorkloadError(f"multi_turn.sharegpt: {path}: no conversation with {turns} human turns or more")
+    return conversations
 
 
 def point_seed(seed: int, phase: str, level: str, repeat: int) -> str:
@@ -336,6 +469,12 @@ class Workload:
     def __init__(self, spec: WorkloadSpec, vocabulary: Vocabulary | None = None) -> None:
         self.spec = spec
         self._texts = None if spec.dataset in GENERATED else _load_sharegpt(Path(spec.dataset))
+        turns = spec.multi_turn
+        self._user_turns = (
+            None
+            if turns is None or turns.sharegpt is None
+            else _load_user_turns(Path(turns.sharegpt), turns.turns)
+        )
         self._ids = usable_ids(spec, vocabulary)
         self._tokens = Tokens(spec.as_text, self._ids)
 
@@ -346,6 +485,8 @@ class Workload:
         rng = random.Random(point_seed(spec.seed, phase, level, repeat))
         if spec.shared_prefix is not None:
             return self._shared_prefix_prompts(spec.shared_prefix, count, rng)
+        if spec.multi_turn is not None:
+            return self._conversation_prompts(spec.multi_turn, count, rng)
         prompts = []
         for index in range(count):
             input_len = _draw_length(rng, spec.input_len, spec.range_ratio)
@@ -377,8 +518,46 @@ class Workload:
             prompts = [replace(prompt, index=index) for index, prompt in enumerate(prompts)]
         return prompts
 
+    def _conversation_prompts(self, turns: MultiTurn, count: int, rng: random.Random) -> list[Prompt]:
+        """The turns of enough conversations for ``count`` requests, conversation after conversation:
+        the system prompts drawn first, then each conversation's user turns. Each turn's ``prompt_len``
+        counts the earlier turns' replies at their requested length; its ``group`` is its system
+        prompt's."""
+        conversations = turns.conversations(count)
+        shared = min(turns.system_prompts, conversations) if turns.system_prompt_len else 0
+        systems = [self._tokens.draw(rng, turns.system_prompt_len) for _ in range(shared)]
+        output_len = self.spec.output_len
+        prompts: list[Prompt] = []
+        for conversation in range(conversations):
+            group = conversation % shared if shared else None
+            system = None if group is None else systems[group]
+            if self._user_turns is not None:
+                users: list[list[int] | str] = list(self._user_turns[rng.randrange(len(self._user_turns))])
+            else:
+                users = [self._tokens.draw(rng, turns.user_len) for _ in range(turns.turns)]
+            context = turns.system_prompt_len if shared else 0
+            for turn, user in enumerate(users):
+                prompt_len = context + (len(user) if isinstance(user, list) else len(user.split()))
+                prompts.append(
+                    Prompt(
+                        len(prompts),
+                        user,
+                        prompt_len,
+                        output_len,
+                        system,
+                        group,
+                        conversation=conversation,
+                        turn=turn,
+                    )
+                )
+                context = prompt_len + output_len
+        return prompts
+
     def measured_count(self, per_level: LevelCount, level: float) -> int:
-        return prompts_at(per_level, level)
+        """``prompts_at`` the level; a multi-turn workload's whole conversations of at least as many."""
+        count = prompts_at(per_level, level)
+        turns = self.spec.multi_turn
+        return count if turns is None else turns.conversations(count) * turns.turns
 
     def designed_cached_tokens(self, prompts: list[Prompt], cache_state: str) -> dict[int, int]:
         return designed_cached_tokens(prompts, cache_state)
@@ -463,16 +642,26 @@ def parse_count(value: LevelCount | str | int, concurrency: float, *, minimum: i
 
 
 def designed_cached_tokens(prompts: list[Prompt], cache_state: str) -> dict[int, int]:
-    """Each prompt's cached tokens by design, by index, with ``prompts`` in the order they are sent: its
-    system prompt where the cache holds it when the prompt arrives. Primed, every prompt's; flushed or
-    carried, every prompt's but the first of its group (the point's prefixes are its own, so nothing else
-    cached matches them): an upper bound there, as requests of a group in flight together all miss
-    (a prefix is cached once its prefill is done)."""
+    """Each prompt's cached tokens by design, by index, with ``prompts`` in the order they are sent.
+
+    A conversation's later turn: its previous turn's input and reply less the reply's last token, P(k-1)
+    + O(k-1) - 1 (SGLang caches a finished request's tokens but the last it generated, whose KV was never
+    computed). Any other prompt: its system prompt where the cache holds it when the prompt arrives.
+    Primed, every such prompt's; flushed or carried, every one's but the first of its group (the point's
+    prefixes are its own, so nothing else cached matches them): an upper bound there, as requests of a
+    group in flight together all miss (a prefix is cached once its prefill is done)."""
     seen: set[int] = set()
     designed = {}
+    previous: dict[int, Prompt] = {}
     for prompt in prompts:
-        hit = cache_state == PRIMED or prompt.group in seen
-        designed[prompt.index] = prompt.shared_len if hit else 0
+        if prompt.conversation is not None and prompt.turn > 0:
+            before = previous[prompt.conversation]
+            designed[prompt.index] = before.prompt_len + before.output_len - 1
+        else:
+            hit = cache_state == PRIMED or prompt.group in seen
+            designed[prompt.index] = prompt.shared_len if hit else 0
         if prompt.group is not None:
             seen.add(prompt.group)
+        if prompt.conversation is not None:
+            previous[prompt.conversation] = prompt
     return designed

@@ -359,8 +359,8 @@ def _lengths_text(workload: Mapping[str, Any]) -> str:
 
 
 def _prompts_text(workload: Mapping[str, Any]) -> str:
-    """A shared-prefix workload's groups, as campaign.json's ``shared_prefix`` holds them, or a replayed
-    trace's file and window; else nothing."""
+    """A shared-prefix workload's groups, as campaign.json's ``shared_prefix`` holds them, a multi-turn
+    one's conversations, or a replayed trace's file and window; else nothing."""
     trace = workload.get("trace")
     if isinstance(trace, Mapping):
         window = [f"from {trace.get('start_s', 0):g} s"]
@@ -370,6 +370,21 @@ def _prompts_text(workload: Mapping[str, Any]) -> str:
             window.append(f"at most {trace['count']} requests")
         name = Path(str(trace.get("path"))).name
         return f"the trace `{name}` ({', '.join(window)}) with its own lengths, "
+    turns = workload.get("multi_turn")
+    if isinstance(turns, Mapping):
+        system = turns.get("system_prompt_len") or 0
+        users = (
+            f"user turns from `{Path(str(turns['sharegpt'])).name}`"
+            if turns.get("sharegpt")
+            else f"{turns.get('user_len')}-token user turns"
+        )
+        think = turns.get("think_time_s") or 0
+        return (
+            f"conversations of {turns.get('turns')} turns ({users}"
+            + (_system_prompts_text(system, turns.get("system_prompts")) if system else "")
+            + (f", {think:g} s between a reply and the next turn" if think else "")
+            + "), each turn sending the server's earlier replies back, first turn "
+        )
     shared = workload.get("shared_prefix")
     if not isinstance(shared, Mapping):
         return ""
@@ -377,6 +392,12 @@ def _prompts_text(workload: Mapping[str, Any]) -> str:
         f"{shared.get('groups')} groups of {shared.get('prompts_per_group')} requests sharing a "
         f"{shared.get('system_prompt_len')}-token system prompt ({shared.get('order')}), "
     )
+
+
+def _system_prompts_text(tokens: int, count: object) -> str:
+    if count == 1:
+        return f", a {tokens}-token system prompt shared by all"
+    return f", one of {count} {tokens}-token system prompts"
 
 
 def _cache_text(workload: Mapping[str, Any]) -> str:

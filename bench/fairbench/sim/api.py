@@ -385,6 +385,15 @@ class ResponseWriter(ABC):
         first = self.vocabulary_offset + start
         return [position % len(VOCABULARY) for position in range(first, first + count)]
 
+    def output_tokens(self, count: int) -> list[Hashable]:
+        """The response's first ``count`` tokens as the prefix cache keys them: token ids where the prompt
+        is ids, else words (a client sends a reply back as it got it: ``output_ids`` or text)."""
+        indices = self.vocabulary_indices(0, count)
+        prompt = self.request.prompt
+        if prompt and isinstance(prompt[0], int):
+            return [FIRST_TOKEN_ID + index for index in indices]
+        return [VOCABULARY[index] for index in indices]
+
     def text_of(self, start: int, count: int) -> str:
         if count == 1:
             return TOKEN_TEXTS[(self.vocabulary_offset + start) % len(VOCABULARY)]

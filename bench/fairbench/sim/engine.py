@@ -66,7 +66,10 @@ class SimRequest:
     cached_tokens: int = 0
     """Leading prompt tokens the prefix cache held at admission: the prefill computes only the rest."""
     cache_keys: list[int] | None = None
-    """The prompt's prefix keys, from admission until its prefill has inserted them."""
+    """The prompt's prefix keys, from admission until its prefill has inserted them (until it finishes,
+    where its ``output`` is cached too)."""
+    output: Callable[[int], Sequence[Hashable]] | None = None
+    """Its first N output tokens as the prefix cache keys them; None: its output is not cached."""
     counted: bool = True
     """False for the health check's probe, which SGLang keeps out of its metrics."""
     admitted: bool = False
@@ -208,6 +211,8 @@ class Scheduler:
                 request.sink.deliver(request, unsent, finished)
             if not finished:
                 still_running.append(request)
+            elif self.prefix_cache is not None:
+                self._cache_finished(request)
         if prefill:
             self.running += still_running
             self._cache_prompts(finished_round.admitted)
@@ -225,7 +230,15 @@ class Scheduler:
         for request in prefilled:
             if request.cache_keys is not None:
                 self._prefilled_keys.append(request.cache_keys)
-                request.cache_keys = None
+                if request.output is None:
+                    request.cache_keys = None
+
+    def _cache_finished(self, request: SimRequest) -> None:
+        """A finished request's prompt and output, but its last token, are due for the prefix cache."""
+        if request.cache_keys is not None and request.output is not None:
+            output = request.output(request.generated - 1)
+            self._prefilled_keys.append(prefix_keys(output, request.cache_keys))
+            request.cache_keys = None
 
     def _insert_prefilled(self) -> None:
         if self.prefix_cache is not None:

@@ -8,8 +8,9 @@ token. Within a prompt the shorter prefixes count as the more recently used, so 
 the tails that branch off it, as leaves go first in a radix tree.
 
 The scheduler matches a prompt when it admits the request and inserts it when its prefill is done, as
-SGLang does: requests prefilled together do not share. Not kept: the generated tokens (SGLang inserts
-them too; the simulator's output ids are made up).
+SGLang does: requests prefilled together do not share. A finished request's prompt and output are
+inserted together, all but its last output token (whose KV SGLang never computes), so a conversation's
+next turn, which sends the reply back, finds both.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ POSITION_BITS = 32
 """Bits of a stamp below the insertion's tick: room for a prompt's positions."""
 
 
-def prefix_keys(tokens: Sequence[Hashable]) -> list[int]:
-    """One key per prefix of ``tokens``: a rolling hash, so equal prefixes have equal keys."""
-    keys: list[int] = []
-    running = 0
+def prefix_keys(tokens: Sequence[Hashable], after: Sequence[int] = ()) -> list[int]:
+    """One key per prefix of ``tokens``: a rolling hash, so equal prefixes have equal keys. ``after``: the
+    keys of the tokens before them, which the result continues."""
+    keys: list[int] = list(after)
+    running = keys[-1] if keys else 0
     for token in tokens:
         running = hash((running, token))
         keys.append(running)

@@ -303,6 +303,7 @@ class SimServer:
             output_limit=output_limit,
             sink=writer,
             prompt=generation.prompt,
+            output=writer.output_tokens,
         )
         self.active[generation.rid] = (sim_request, writer)
         exchange.on_disconnect = lambda: self._disconnected(sim_request, writer)
