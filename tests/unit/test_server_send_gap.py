@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import pytest
-from tests.support.sse_server import StartServer
+from tests.support.sse_server import RunningServer, StartServer
 
 from fairbench.measure.client import ApiFormat, StreamClient
 from fairbench.measure.metrics import percentile, point_metrics, server_send_gap_ns
@@ -59,19 +60,34 @@ def test_records_from_before_the_send_time_read_back_without_it() -> None:
     assert RequestRecord.from_json(old).server_sent_ns is None
 
 
-def test_the_send_time_lands_on_the_clients_clock(sse_server: StartServer) -> None:
-    """The test server on this machine stamps /generate's first event with its scheduled send time in
-    epoch seconds; on the client's perf_counter_ns clock it falls just before the server's own record of
-    the send (CLOCK_MONOTONIC, the same clock), and before the client read it."""
-    server = sse_server(first_token_ms=30)
+def send_one(server: RunningServer, *, wall_step_s: float = 0.0) -> RequestRecord:
+    """One /generate request; the wall clock (of the client and of the in-process server alike) is
+    stepped by ``wall_step_s`` once the client is open, as NTP may step it during a run."""
     api = ApiFormat("generate", "")
 
     async def send() -> RequestRecord:
         async with StreamClient(server.url, api, concurrency=1) as client:
-            prompt = Prompt(0, [5, 6, 7], 3, 4)
-            return await client.request(prompt, api.body(prompt, "gap-0"), "gap-0")
+            with pytest.MonkeyPatch.context() as clock:
+                wall_s, wall_ns = time.time, time.time_ns
+                clock.setattr(time, "time", lambda: wall_s() + wall_step_s)
+                clock.setattr(time, "time_ns", lambda: wall_ns() + round(wall_step_s * 1e9))
+                prompt = Prompt(0, [5, 6, 7], 3, 4)
+                return await client.request(prompt, api.body(prompt, "gap-0"), "gap-0")
 
-    record = asyncio.run(send())
+    return asyncio.run(send())
+
+
+@pytest.mark.parametrize(
+    "wall_step_s", [0.0, 1.0, -3600.0], ids=["steady", "stepped 1 s", "stepped back 1 h"]
+)
+def test_the_send_time_lands_on_the_clients_clock(sse_server: StartServer, wall_step_s: float) -> None:
+    """The test server on this machine stamps /generate's first event with its scheduled send time in
+    epoch seconds; on the client's perf_counter_ns clock it falls just before the server's own record of
+    the send (CLOCK_MONOTONIC, the same clock), and before the client read it. A step of the wall clock
+    after the client opened moves nothing: the stamp is put on the client's clock with the wall clock
+    read when the stamp arrives."""
+    server = sse_server(first_token_ms=30)
+    record = send_one(server, wall_step_s=wall_step_s)
     assert record.success, record.error
     assert record.server_sent_ns is not None
     (sent,) = server.send_times()

@@ -444,8 +444,6 @@ class StreamClient:
         self._pool: ConnectionPool | None = None
         self._in_flight: set[_InFlight] = set()
         self._watchdog: asyncio.Task[None] | None = None
-        # The wall clock less perf_counter_ns: turns a server's epoch timestamps into this clock's.
-        self._epoch_offset_ns = time.time_ns() - perf_counter_ns()
 
     async def __aenter__(self) -> StreamClient:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout)
@@ -601,10 +599,14 @@ class StreamClient:
         if counts.prompt_len is not None:
             record.prompt_len = counts.prompt_len
         record.cached_tokens = counts.cached_tokens
+        # The wall clock less perf_counter_ns, read now, turns the server's epoch stamps into this clock's:
+        # NTP may step the wall clock during a run and the server reads it afresh, so an offset read once at
+        # the start would move every later stamp by the step.
+        epoch_offset_ns = time.time_ns() - perf_counter_ns()
         if counts.server_sent_s is not None:
-            record.server_sent_ns = round(counts.server_sent_s * 1e9) - self._epoch_offset_ns
+            record.server_sent_ns = round(counts.server_sent_s * 1e9) - epoch_offset_ns
         if counts.server_received_s is not None:
-            record.server_received_ns = round(counts.server_received_s * 1e9) - self._epoch_offset_ns
+            record.server_received_ns = round(counts.server_received_s * 1e9) - epoch_offset_ns
         if counts.output_len != prompt.output_len:
             record.error = (
                 f"output length {counts.output_len} != requested {prompt.output_len} "

@@ -44,14 +44,12 @@ TOKEN_IDS = tuple(str(FIRST_TOKEN_ID + index) for index in range(len(VOCABULARY)
 
 DONE_EVENT = b"data: [DONE]\n\n"
 
-REALTIME_OFFSET_S = time.time() - time.perf_counter()
-"""Epoch seconds minus ``perf_counter`` seconds, taken once: SGLang's ``global_diff_realtime_monotonic``,
-which turns its ``perf_counter`` readings into the epoch timestamps of ``meta_info``."""
 
-
-def epoch_s(perf_counter_ns: int) -> float:
-    """A ``perf_counter_ns`` reading as epoch seconds, as SGLang's ``convert_time_to_realtime`` gives it."""
-    return perf_counter_ns / 1e9 + REALTIME_OFFSET_S
+def realtime_offset_s() -> float:
+    """Epoch seconds less ``perf_counter`` seconds, read now: SGLang's ``global_diff_realtime_monotonic``,
+    which turns its ``perf_counter`` readings into the epoch timestamps of ``meta_info`` and which it
+    re-reads as each request comes in, so a step of the wall clock shows from the next request on."""
+    return time.time() - time.perf_counter()
 
 
 def compact_json(value: Any) -> bytes:
@@ -328,6 +326,7 @@ class ResponseWriter(ABC):
         self.hooks = hooks
         self.created = int(time.time())
         self.received_ns = time.perf_counter_ns()
+        self.realtime_offset_s = realtime_offset_s()
         self.completion_tokens = 0
         self.scheduled: SimRequest | None = None
         """The engine's request, from its first delivery on: its cached tokens and its time in the queue."""
@@ -513,9 +512,13 @@ class GenerateWriter(ResponseWriter):
             if self.info.enable_metrics:
                 meta += self._request_time_stats(now_ns)
         if self.first_sent_ts is None:
-            self.first_sent_ts = repr(epoch_s(now_ns))
+            self.first_sent_ts = repr(self._epoch_s(now_ns))
             meta += f',"response_sent_to_client_ts":{self.first_sent_ts}'
         return meta + "}"
+
+    def _epoch_s(self, perf_counter_ns: int) -> float:
+        """A ``perf_counter_ns`` reading as epoch seconds, as SGLang's ``convert_time_to_realtime``."""
+        return perf_counter_ns / 1e9 + self.realtime_offset_s
 
     def _scheduler_time_stats(self, scheduled: SimRequest | None) -> str:
         """``SchedulerReqTimeStats.convert_to_output_meta_info``: no storage tier to wait for, the time
@@ -525,14 +528,14 @@ class GenerateWriter(ResponseWriter):
         stats = ',"storage_prefetch_wait":0.0,"storage_staging_wait":0.0'
         if scheduled is not None and scheduled.admitted:
             stats += (
-                f',"forward_entry_time":{epoch_s(self.received_ns) + queue_s}'
-                f',"prefill_finished_time":{epoch_s(self.first_output_ns)}'
+                f',"forward_entry_time":{self._epoch_s(self.received_ns) + queue_s}'
+                f',"prefill_finished_time":{self._epoch_s(self.first_output_ns)}'
             )
         return stats + f',"queue_time":{queue_s}'
 
     def _request_time_stats(self, now_ns: int) -> str:
         """``APIServerReqTimeStats.convert_to_output_meta_info`` of a finished request."""
-        received = epoch_s(self.received_ns)
+        received = self._epoch_s(self.received_ns)
         stats = (
             f',"request_received_ts":{received}'
             f',"first_token_latency":{(self.first_output_ns - self.received_ns) / 1e9}'
@@ -540,7 +543,7 @@ class GenerateWriter(ResponseWriter):
         )
         if self.first_sent_ts is not None:
             stats += f',"response_sent_to_client_ts":{self.first_sent_ts}'
-        stats += f',"request_finished_ts":{epoch_s(now_ns)}'
+        stats += f',"request_finished_ts":{self._epoch_s(now_ns)}'
         decode_ns = now_ns - self.first_output_ns
         if self.completion_tokens > 1 and decode_ns > 0:
             stats += f',"decode_throughput":{(self.completion_tokens - 1) * 1e9 / decode_ns}'
