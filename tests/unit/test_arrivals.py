@@ -14,7 +14,13 @@ from time import perf_counter, perf_counter_ns
 import pytest
 from tests.support.sse_server import RunningServer, StartServer
 
-from fairbench.measure.arrivals import OpenLoopResult, achieved_rate, arrival_offsets_s, run_open_loop
+from fairbench.measure.arrivals import (
+    MOST_WAITING,
+    OpenLoopResult,
+    achieved_rate,
+    arrival_offsets_s,
+    run_open_loop,
+)
 from fairbench.measure.client import ApiFormat, StreamClient
 from fairbench.measure.closed_loop import ERROR_RATE_MIN_REQUESTS, PreparedRequest
 from fairbench.measure.records import RequestRecord
@@ -224,6 +230,18 @@ def test_a_server_slower_than_the_offered_rate_shows_as_growing_ttft(sse_server:
     assert all(record.ttft_ns - record.send_delay_ns < 200_000_000 for record in by_index)
     arrivals = {entry["id"]: entry["arrival_ns"] for entry in server.send_times()}
     assert all(arrivals[record.rid] >= record.start_ns + record.send_delay_ns for record in by_index)
+
+
+def test_a_backlog_beyond_the_started_tasks_bound_is_still_sent_in_order(sse_server: StartServer) -> None:
+    """Every request due at once, one slot: a backlog past MOST_WAITING started tasks still goes out
+    whole, in its schedule's order, each request timed from its due time."""
+    server = sse_server()
+    count = MOST_WAITING + 200
+    result, _ = run(server, prepared(count), [0.0] * count, max_in_flight=1)
+    assert len(result.records) == count and all(record.success for record in result.records)
+    sent = sorted(result.records, key=lambda record: record.start_ns + record.send_delay_ns)
+    assert [record.index for record in sent] == list(range(count))
+    assert {record.start_ns for record in sent} == {result.start_ns}
 
 
 def test_a_server_faster_than_the_offered_rate_is_sent_the_target_rate(sse_server: StartServer) -> None:

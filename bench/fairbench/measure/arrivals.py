@@ -38,6 +38,15 @@ from fairbench.measure.records import RequestRecord
 from fairbench.measure.workload import ARRIVALS, DEFAULT_ARRIVAL, DEFAULT_BURSTINESS, POISSON
 
 NS_PER_S = 1_000_000_000
+LOOKAHEAD_NS = 50_000_000
+"""How long before its time each request's task starts. At its time only its own timer stands between
+it and its send: a dispatcher woken then to start the task would add a whole pass of the event loop, a
+pass that at a high load handles hundreds of reads first. Not earlier: a long schedule is never all
+tasks at once, and a stop ends every started task within this time."""
+MOST_WAITING = 1024
+"""The most started tasks not yet sending (waiting for their time or for a slot): a loop past the
+server's capacity, whose due requests pile up behind the slots, starts the next one only once one of them
+sends. They are sent in order all the same, each timed from its due time."""
 
 
 def arrival_offsets_s(
@@ -126,9 +135,10 @@ async def run_open_loop(
     """Send ``requests[i]`` at start + ``offsets_s[i]`` (start = ``start_ns``, else ``perf_counter_ns()``
     on entry), never more than ``max_in_flight`` at once; returns what was sent and observed.
 
-    The schedule is walked in order: wait until request i is due, then for a free slot, then start the
-    request's task, which passes its due time to ``client.request`` as ``scheduled_ns``. A request that
-    waited for a slot goes out late, not never, and the ones after it wait behind it. The client's
+    The schedule is walked in order: LOOKAHEAD_NS before request i is due its task starts, which waits
+    until the due time, then for a free slot (in due order), then passes its due time to
+    ``client.request`` as ``scheduled_ns``. A request that waited for a slot goes out late, not never, and
+    the ones after it wait behind it. The client's
     connection pool must hold ``max_in_flight`` connections (``StreamClient(concurrency=...)``): a
     request queued inside the pool would count as sent.
 
@@ -149,9 +159,32 @@ async def run_open_loop(
     # at once instead of after a gap that, with bursty arrivals, can last many seconds.
     wake: asyncio.Future[None] = loop.create_future()
     origin_ns = perf_counter_ns() if start_ns is None else start_ns
+    waiting = 0
+    room: asyncio.Future[None] = loop.create_future()
+    """Resolved when a started task stops waiting: the dispatcher may start another."""
+
+    def halted() -> bool:
+        """Whether a stop came while the caller waited (a call: a check of the flag itself would be
+        read, by the type checker, as the one made before the wait)."""
+        return stopped
 
     async def send(request: PreparedRequest, due_ns: int) -> None:
-        nonlocal stopped
+        nonlocal stopped, waiting
+        try:
+            # Until due: a timer may fire a clock tick early, and a request never goes out before its time.
+            while not stopped and (wait_ns := due_ns - perf_counter_ns()) > 0:
+                alarm = loop.create_future()
+                loop.call_later(wait_ns / NS_PER_S, resolve, alarm)
+                await alarm
+            if stopped:
+                return
+            await slots.acquire()
+        finally:
+            waiting -= 1
+            resolve(room)
+        if halted():  # a stop releases the slot of the request that ended: the next waiter returns too
+            slots.release()
+            return
         try:
             record = await client.request(request.prompt, request.body, request.rid, scheduled_ns=due_ns)
         finally:
@@ -163,19 +196,20 @@ async def run_open_loop(
             resolve(wake)
 
     async def dispatch() -> None:
-        nonlocal wake
+        nonlocal wake, waiting, room
         for request, offset_s in zip(requests, offsets_s, strict=True):
             due_ns = origin_ns + round(offset_s * NS_PER_S)
-            # Until due: a timer may fire a clock tick early, and a request never goes out before its time.
-            while not stopped and (wait_ns := due_ns - perf_counter_ns()) > 0:
+            while not stopped and (wait_ns := due_ns - LOOKAHEAD_NS - perf_counter_ns()) > 0:
                 wake = loop.create_future()
                 timer = loop.call_later(wait_ns / NS_PER_S, resolve, wake)
                 await wake
                 timer.cancel()
-            if not stopped:
-                await slots.acquire()  # a stop releases the slot of the request that ended
+            while not stopped and waiting >= MOST_WAITING:
+                room = loop.create_future()
+                await room
             if stopped:
                 return
+            waiting += 1
             tasks.append(loop.create_task(send(request, due_ns)))
 
     try:
