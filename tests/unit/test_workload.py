@@ -4,13 +4,25 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from fairbench.measure.bounds import COUNT_FACTOR, REQUESTS
+from fairbench.measure.client import ApiFormat
+from fairbench.measure.progress import Progress
+from fairbench.measure.results import ResultsDir
+from fairbench.measure.sweep import Sweep, SweepSpec
 from fairbench.measure.vocabulary import Vocabulary
-from fairbench.measure.workload import Workload, WorkloadError, WorkloadSpec, parse_count
+from fairbench.measure.workload import (
+    MULTI_TURN,
+    MultiTurn,
+    Workload,
+    WorkloadError,
+    WorkloadSpec,
+    parse_count,
+)
 
 # A small vocabulary whose specials sit at both ends, as in SentencePiece (0-2) and GPT-2 (the last id).
 SMALL = Vocabulary(size=512, excluded=(0, 1, 2, 511), source="test")
@@ -158,3 +170,26 @@ def test_counts_beyond_their_bounds_are_refused_naming_the_bound(
     with pytest.raises(WorkloadError) as info:
         parse_count(count, concurrency)
     assert str(info.value) == message
+
+
+def test_a_points_prompts_are_drawn_one_at_a_time_and_let_go_once_their_bodies_are_made(
+    tmp_path: Path,
+) -> None:
+    """What bounds a long-context point's memory: each prompt drawn when it is taken, and kept without its
+    tokens once its body holds them (a conversation's turns keep theirs: the later turns send them)."""
+    spec = WorkloadSpec(input_len=4096, output_len=8)
+    drawn = Workload(spec, SMALL).each_prompt(3, level="c1", repeat=0)
+    assert isinstance(drawn, Iterator)
+    sweep = Sweep(SweepSpec(url="http://x", workload=spec, concurrency=[1]), ResultsDir(tmp_path), Progress())
+    api = ApiFormat("completions", "m")
+    kept, requests = sweep.prepared(drawn, api, 1, 0, phase="measure")
+    assert [(prompt.prompt, prompt.prompt_len) for prompt in kept] == [([], 4096)] * 3
+    assert [request.prompt for request in requests] == kept
+    whole = Workload(spec, SMALL).prompts(3, level="c1", repeat=0)
+    assert [json.loads(request.body)["prompt"] for request in requests] == [p.prompt for p in whole]
+    turns = MultiTurn(turns=2, user_len=5)
+    conversation = WorkloadSpec(input_len=5, output_len=8, dataset=MULTI_TURN, multi_turn=turns)
+    kept, _ = sweep.prepared(
+        Workload(conversation, SMALL).each_prompt(2, level="c1", repeat=0), api, 1, 0, phase="m"
+    )
+    assert [len(prompt.prompt) for prompt in kept] == [5, 5]

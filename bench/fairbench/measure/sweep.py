@@ -18,6 +18,7 @@ import os
 import platform
 import secrets
 import time
+from collections.abc import Iterable
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
@@ -291,28 +292,35 @@ class Sweep:
         self.last_point_ended_at: float | None = None
         """Epoch seconds: when the last point written by this call was on disk."""
 
-    def prompts(
-        self, workload: PromptSource, level: float, repeat: int, count: int, *, phase: str
-    ) -> list[Prompt]:
+    def prepare(
+        self, workload: PromptSource, api: ApiFormat, level: float, repeat: int, count: int, *, phase: str
+    ) -> tuple[list[Prompt], list[PreparedRequest]]:
+        """The ``count`` prompts of one point's ``phase`` (as ``Prompt.kept`` keeps them) and their
+        requests, made before the clock starts (``prepared``)."""
         tag = level_tag(level, open_loop=self.spec.open_loop)
-        return workload.prompts(count, level=tag, repeat=repeat, phase=phase)
+        prompts = workload.each_prompt(count, level=tag, repeat=repeat, phase=phase)
+        return self.prepared(prompts, api, level, repeat, phase=phase)
 
     def prepared(
-        self, prompts: list[Prompt], api: ApiFormat, level: float, repeat: int, *, phase: str
-    ) -> list[PreparedRequest]:
-        """``prompts`` with their request ids and bodies, made before the clock starts: one request per
-        prompt, or per conversation, its first turn's body made and its later turns' left to be made
-        with the replies (``PreparedRequest.later``)."""
+        self, prompts: Iterable[Prompt], api: ApiFormat, level: float, repeat: int, *, phase: str
+    ) -> tuple[list[Prompt], list[PreparedRequest]]:
+        """``prompts`` as kept, with their request ids and bodies, made before the clock starts: one
+        request per prompt, or per conversation, its first turn's body made and its later turns' left to
+        be made with the replies (``PreparedRequest.later``). Each prompt's tokens are let go once its
+        body holds them: a point of long contexts holds its bodies, not its prompts' lists as well."""
         prefix = f"fairbench-{self.run_nonce}-{self.spec.point_id(level, repeat)}-{phase}"
+        kept: list[Prompt] = []
         prepared: list[PreparedRequest] = []
         for prompt in prompts:
             rid = f"{prefix}-{prompt.index}"
+            light = prompt.kept()
+            kept.append(light)
             if prompt.turn == 0:
-                prepared.append(PreparedRequest(prompt, rid, api.body(prompt, rid)))
+                prepared.append(PreparedRequest(light, rid, api.body(prompt, rid)))
             else:
                 first = prepared[-1]
-                prepared[-1] = replace(first, later=(*first.later, (prompt, rid)))
-        return prepared
+                prepared[-1] = replace(first, later=(*first.later, (light, rid)))
+        return kept, prepared
 
     def identity(self) -> RunIdentity:
         """The identity this sweep's point lines carry: the spec's, each field it leaves out taken from the
@@ -569,11 +577,10 @@ class Sweep:
         spec = self.spec
         pid = spec.point_id(level, repeat)
         count = workload.measured_count(spec.prompts_per_level, level)
-        prompts = self.prompts(workload, level, repeat, count, phase="measure")
-        requests = self.prepared(prompts, client.api, level, repeat, phase="measure")
+        prompts, requests = self.prepare(workload, client.api, level, repeat, count, phase="measure")
         # A multi-turn workload's warmup is whole conversations too.
-        warmups = self.prompts(workload, level, repeat, spec.warmup.at(level), phase="warmup")
-        warmup_count = len(warmups)
+        warmups = self.prepare(workload, client.api, level, repeat, spec.warmup.at(level), phase="warmup")
+        warmup_count = len(warmups[0])
         cache_state = spec.workload.cache_state
         if spec.workload.flushes:
             status, body = await client.post("/flush_cache")
@@ -584,7 +591,7 @@ class Sweep:
             self.progress.start(f"{pid} warmup", warmup_count)
             warmup = await self._loop(
                 client,
-                self.prepared(warmups, client.api, level, repeat, phase="warmup"),
+                warmups[1],
                 level,
                 workload,
                 seed=f"{pid}-warmup",
@@ -682,7 +689,7 @@ class Sweep:
     ) -> int:
         """Send each group's system prompt of ``prompts`` once, at most the level's requests in flight, so
         that the cache holds them when the point starts; the primers that failed (each with a note)."""
-        primers = self.prepared(workload.primers(prompts), client.api, level, repeat, phase="prime")
+        _, primers = self.prepared(workload.primers(prompts), client.api, level, repeat, phase="prime")
         pid = self.spec.point_id(level, repeat)
         self.progress.start(f"{pid} priming", len(primers))
         phase = Phase(primers, min(self.spec.in_flight(level), len(primers)))

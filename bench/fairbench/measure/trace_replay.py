@@ -17,6 +17,7 @@ another's in the server's cache; within a point the design is ``traces.reusable_
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from itertools import chain
 from pathlib import Path
 
@@ -112,11 +113,14 @@ class TraceReplay:
         return len(self.requests)
 
     def prompts(self, count: int, *, level: str, repeat: int, phase: str = "measure") -> list[Prompt]:
+        """``each_prompt``'s, all at once."""
+        return list(self.each_prompt(count, level=level, repeat=repeat, phase=phase))
+
+    def each_prompt(self, count: int, *, level: str, repeat: int, phase: str = "measure") -> Iterator[Prompt]:
         """The window's first ``count`` requests as prompts of one point, blocks drawn from the point's
         seed and each hash id once (a block shared by many requests is one list)."""
         seed = point_seed(self.spec.seed, phase, level, repeat)
         blocks: dict[int, list[int] | str] = {}
-        prompts = []
         for index, request in enumerate(self.requests[:count]):
             parts: list[list[int] | str] = []
             left = request.input_len
@@ -131,8 +135,7 @@ class TraceReplay:
                 parts.append(self._tokens.draw(random.Random(f"{seed}/request{index}"), left))
             prompt = _joined(parts, self.spec.as_text)
             lengths = (request.input_len, request.output_len)
-            prompts.append(Prompt(index, prompt, *lengths, hash_ids=request.hash_ids))
-        return prompts
+            yield Prompt(index, prompt, *lengths, hash_ids=request.hash_ids)
 
     def primers(self, prompts: list[Prompt]) -> list[Prompt]:
         return []

@@ -16,6 +16,7 @@ import json
 import math
 import random
 from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass, fields, replace
 from fractions import Fraction
 from pathlib import Path
@@ -121,6 +122,14 @@ class Prompt:
         if self.system is None:
             return 0
         return len(self.system) if isinstance(self.system, list) else len(self.system.split())
+
+    def kept(self) -> Prompt:
+        """The prompt as a sweep keeps it once its body is made: without its content (a long context's
+        tokens live on in its body alone), but for a conversation's turn, whose content the later turns
+        send again."""
+        if self.conversation is not None:
+            return self
+        return replace(self, prompt=[] if isinstance(self.prompt, list) else "")
 
     def primer(self) -> Prompt:
         """A request of the system prompt alone, one output token: after it, the server's prefix cache
@@ -449,8 +458,9 @@ class PromptSource(Protocol):
         """The requests a point at ``level`` measures."""
         ...
 
-    def prompts(self, count: int, *, level: str, repeat: int, phase: str = "measure") -> list[Prompt]:
-        """The ``count`` prompts of one point, in the order they are sent."""
+    def each_prompt(self, count: int, *, level: str, repeat: int, phase: str = "measure") -> Iterator[Prompt]:
+        """The ``count`` prompts of one point, in the order they are sent, one at a time: a point of long
+        prompts never holds all their tokens at once."""
         ...
 
     def primers(self, prompts: list[Prompt]) -> list[Prompt]:
@@ -479,15 +489,20 @@ class Workload:
         self._tokens = Tokens(spec.as_text, self._ids)
 
     def prompts(self, count: int, *, level: str, repeat: int, phase: str = "measure") -> list[Prompt]:
+        """``each_prompt``'s, all at once."""
+        return list(self.each_prompt(count, level=level, repeat=repeat, phase=phase))
+
+    def each_prompt(self, count: int, *, level: str, repeat: int, phase: str = "measure") -> Iterator[Prompt]:
         """The ``count`` prompts of one point at ``level`` (its tag, ``results.level_tag``: ``c16``);
-        ``phase`` separates warmup from measurement."""
+        ``phase`` separates warmup from measurement. Each is drawn when it is taken."""
         spec = self.spec
         rng = random.Random(point_seed(spec.seed, phase, level, repeat))
         if spec.shared_prefix is not None:
-            return self._shared_prefix_prompts(spec.shared_prefix, count, rng)
+            yield from self._shared_prefix_prompts(spec.shared_prefix, count, rng)
+            return
         if spec.multi_turn is not None:
-            return self._conversation_prompts(spec.multi_turn, count, rng)
-        prompts = []
+            yield from self._conversation_prompts(spec.multi_turn, count, rng)
+            return
         for index in range(count):
             input_len = _draw_length(rng, spec.input_len, spec.range_ratio)
             output_len = _draw_length(rng, spec.output_len, spec.range_ratio)
@@ -499,8 +514,7 @@ class Workload:
                 prompt = _random_text(rng, input_len)
             else:
                 prompt = _random_ids(rng, input_len, self._ids)
-            prompts.append(Prompt(index, prompt, input_len, output_len))
-        return prompts
+            yield Prompt(index, prompt, input_len, output_len)
 
     def _shared_prefix_prompts(self, shared: SharedPrefix, count: int, rng: random.Random) -> list[Prompt]:
         """``count`` prompts in ``shared``'s groups: the groups' system prompts drawn first, then each
