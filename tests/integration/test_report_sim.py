@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -20,7 +21,7 @@ from statistics import mean, stdev
 
 import pytest
 import yaml
-from tests.support.report_files import unmarked
+from tests.support.report_files import MARKS, unmarked
 from tests.support.results_tree import REPO, Deviation, build_run, campaign_from, fairbench_report
 
 from fairbench.campaign.load import parse_campaign
@@ -73,14 +74,18 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return built
 
 
-def _section(markdown: str, heading: str) -> str:
-    """The text under ``heading`` up to the next heading of the same or a higher level, without the marks
-    of the measurement checks (``unmarked``)."""
+def _marked_section(markdown: str, heading: str) -> str:
+    """The text under ``heading`` up to the next heading of the same or a higher level."""
     level = heading.split(" ", maxsplit=1)[0]
     start = markdown.index(heading + "\n")
     rest = markdown[start + len(heading) + 1 :]
     ends = [rest.find(f"\n{'#' * size} ") for size in range(1, len(level) + 1)]
-    return unmarked(rest[: min([end for end in ends if end >= 0], default=len(rest))])
+    return rest[: min([end for end in ends if end >= 0], default=len(rest))]
+
+
+def _section(markdown: str, heading: str) -> str:
+    """``_marked_section`` without the marks of the measurement checks (``unmarked``)."""
+    return unmarked(_marked_section(markdown, heading))
 
 
 def _table(section: str) -> dict[str, dict[str, str]]:
@@ -184,9 +189,15 @@ def test_with_repeats_figures_carry_intervals_and_comparisons_say_whether_they_a
     lines = [line for line in comparisons.splitlines() if line.startswith("- ")]
     configs = ("tp8", "tp8-nccl", "ep4", "ep8")
     assert lines == [_comparison_line(runs["fair"], a, b) for a, b in itertools.combinations(configs, 2)]
-    # The profile's ~40 % lead of TP8 at C=1 is far beyond two repeats' noise.
-    tp8_vs_ep4 = next(line for line in lines if line.startswith("- **tp8** vs **ep4**"))
-    assert tp8_vs_ep4.split("; ")[0].endswith("(significant)") and "C=1: +" in tp8_vs_ep4
+    # The profile's ~40 % lead of TP at C=1 is far beyond two repeats' noise, unless a busy machine starved
+    # the client during one of them (one 60 ms stall moves a repeat by 10 %): the report then flags it.
+    marked = _marked_section(report, "### Comparisons").splitlines()
+    tp_vs_ep = [line for line in marked if re.match(r"- \*\*tp8(-nccl)?\*\* vs \*\*ep[48]\*\*", line)]
+    assert len(tp_vs_ep) == 4
+    for line in tp_vs_ep:
+        at_c1 = line.split("; ")[0]
+        assert "C=1: +" in at_c1
+        assert at_c1.endswith("(significant)") or MARKS.search(at_c1), line
 
 
 def test_declared_differences_are_intended_and_nothing_is_flagged_in_a_fair_run(

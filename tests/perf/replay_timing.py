@@ -3,8 +3,9 @@
 A sample Mooncake trace (measure.trace_samples: Poisson arrivals, log-uniform lengths, shared prefixes) of
 REQUESTS requests at RATE requests per second is replayed against the test server (tests/support/
 sse_server/, 50 ms to the first token, 20 ms between tokens, each token its own read, the trace's output
-lengths), the server pinned to one core and the client, one process, to the other. Every request's send
-delay (when it was written to its connection, less when it was due) comes from its record.
+lengths), the server pinned to one core and the client, one process, to the next (or N processes to the
+next N cores, --client-processes N). Every request's send delay (when its request began, less when it was
+due) comes from its record.
 
 Side by side, the floor: a bare asyncio loop on the client's core that only sleeps until each due time of
 the same schedule and notes how late it woke, no HTTP. Machines here are noisy: the floor says how much of
@@ -13,7 +14,7 @@ the lateness is the machine's timers.
 Targets (the replay's own, absolute): median send delay below 1 ms and p99 below 5 ms, every request
 completed, the achieved rate within 2 % of the scheduled. The script exits 1, naming each miss.
 
-    .venv/bin/python tests/perf/replay_timing.py [--requests 2000] [--rate 200]
+    .venv/bin/python tests/perf/replay_timing.py [--requests 2000] [--rate 200] [--client-processes 1]
 """
 
 from __future__ import annotations
@@ -51,13 +52,14 @@ def percentile(values: list[float], pct: float) -> float:
     return ordered[min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1)))]
 
 
-def replay(url: str, trace: Path, out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The replay's one point and its request records."""
+def replay(url: str, trace: Path, out: Path, processes: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The replay's one point and its request records, the client in ``processes`` processes."""
     command = [sys.executable, "-m", "fairbench", "sweep", "--url", url, "--out", str(out)]
     command += ["--trace", str(trace), "--api", "completions", "--vocab-size", str(VOCAB_SIZE)]
-    command += ["--warmup", "0", "--client-processes", "1", "--no-server-metrics", "--no-energy"]
+    command += ["--warmup", "0", "--client-processes", str(processes), "--no-server-metrics", "--no-energy"]
     command += ["--progress", "lines"]
-    process = spawn_pinned(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    cpus = range(CLIENT_CPU, CLIENT_CPU + processes)
+    process = spawn_pinned(command, cpus, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, stderr = process.communicate(timeout=900)
     if process.returncode != 0:
         raise SystemExit(f"the replay failed ({process.returncode}):\n{stderr.decode()[-3000:]}")
@@ -88,7 +90,10 @@ def main() -> int:
     )
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--rate", type=float, default=200.0)
+    parser.add_argument("--client-processes", type=int, default=1)
     args = parser.parse_args()
+    if not 1 <= args.client_processes <= len(os.sched_getaffinity(0)) - CLIENT_CPU:
+        parser.error(f"--client-processes: 1 to {len(os.sched_getaffinity(0)) - CLIENT_CPU} on this machine")
     with tempfile.TemporaryDirectory() as tmp:
         trace = Path(tmp) / "trace.jsonl"
         write_sample(trace, args.requests, args.rate, seed=1)
@@ -96,12 +101,17 @@ def main() -> int:
         scheduled = own_rate(window)
         server = Server(first_token_ms=50, chunk_gap_ms=20)
         try:
-            point, records = replay(server.url, trace, Path(tmp) / "out")
+            point, records = replay(server.url, trace, Path(tmp) / "out", args.client_processes)
         finally:
             server.stop()
         floor = floor_lateness_ms([request.arrival_ms / 1000 for request in window])
     delays = [record["send_delay_ns"] / 1e6 for record in records]
-    print(f"replay of {len(window)} requests scheduled at {scheduled:.1f} req/s, client on core {CLIENT_CPU}")
+    last_cpu = CLIENT_CPU + args.client_processes - 1
+    cores = f"core {CLIENT_CPU}" if last_cpu == CLIENT_CPU else f"cores {CLIENT_CPU}-{last_cpu}"
+    print(
+        f"replay of {len(window)} requests scheduled at {scheduled:.1f} req/s, "
+        f"client in {args.client_processes} process(es) on {cores}"
+    )
     print(
         f"  completed {point['completed']}, failed {point['failed']}, "
         f"achieved {point['achieved_request_rate']:.2f} req/s"
