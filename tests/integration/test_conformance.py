@@ -1,14 +1,14 @@
 """Conformance: one protocol suite run against ``fairbench sim`` and real SGLang, compared by structure.
 
 Every case sends the same requests to each server and records the response's *structure*, never its text,
-ids or clock readings: the status code, the content type, the key paths of every JSON body with the type
-of each value, the order of a stream's event kinds (a run of content events counts once: how SGLang groups
-tokens into events depends on timing, see ``collapse``), the finish reason, the usage counts, the cached
-prompt tokens. The comparison then requires the simulator's structure to equal SGLang's in every case,
-except for the differences listed in ``SIM_DIFFERENCES``, each with the reason it stays; a listed
-difference that no longer shows up fails the suite too, so the list stays true. docs/sim-conformance.md
-documents the same table. ``tests/support/sse_server/`` is held to the streaming and health cases it
-serves the same way (``SSE_DIFFERENCES``).
+ids or clock readings (at most an order of times): the status code, the content type, the key paths of
+every JSON body with the type of each value, the order of a stream's event kinds (a run of content events
+counts once: how SGLang groups tokens into events depends on timing, see ``collapse``), the finish reason,
+the usage counts, the cached prompt tokens. The comparison then requires the simulator's structure to
+equal SGLang's in every case, except for the differences listed in ``SIM_DIFFERENCES``, each with the
+reason it stays; a listed difference that no longer shows up fails the suite too, so the list stays true.
+docs/sim-conformance.md documents the same table. ``tests/support/sse_server/`` is held to the streaming
+and health cases it serves the same way (``SSE_DIFFERENCES``).
 
 Real SGLang is the session's shared server (``real_sglang``: campaigns/lab-sglang.yml's baseline flags on
 the tiny GPT-2 model); the simulator runs with the same flags and the same model directory. Before each
@@ -40,6 +40,7 @@ from tests.support import real_sglang as real_sglang_support
 from tests.support.sse_server import ServerThread
 from tests.support.tiny_model import build as build_tiny_model
 
+from fairbench.measure.workload import FLUSHED, Prompt, designed_cached_tokens
 from fairbench.sim.args import flag_table
 
 # One pytest worker runs every test of real SGLang, so that one server start serves them all.
@@ -438,6 +439,8 @@ def cache_and_abort_cases() -> list[Case]:
     return [
         Case("generate_repeated_prompt", 200, repeated_prompt),
         Case("flush_cache_between_repeats", 200, flush_between_repeats),
+        Case("shared_prefix_groups", 200, shared_prefix_groups),
+        Case("multi_turn_live_replies", 200, multi_turn_live_replies),
         Case("abort_generate_stream", 200, abort_stream),
         Case("abort_generate", 200, abort_whole),
         request_case("abort_unknown_rid", 200, "/abort_request", {"rid": "no-such-request"}),
@@ -476,6 +479,80 @@ async def flush_between_repeats(client: aiohttp.ClientSession, url: str) -> Stru
     flushed = await send(client, url + "/flush_cache")
     again = await send(client, url + "/generate", body=generate())
     return {**prefixed("flush", describe(flushed)), **describe(again)}
+
+
+SYSTEM_PROMPTS = [[1 + (97 * group + 13 * index) % 500 for index in range(64)] for group in range(2)]
+"""Two groups' system prompts (64 ids each, their first ids differ)."""
+QUESTIONS = [
+    [400 + 3 * question] + [1 + (31 * question + 7 * index) % 500 for index in range(7)]
+    for question in range(3)
+]
+"""Three questions of 8 ids, each opening with an id of its own: one prompt shares only its system prompt
+with another."""
+
+
+async def shared_prefix_groups(client: aiohttp.ClientSession, url: str) -> Structure:
+    """A shared-prefix workload sent one request at a time, its groups interleaved (each group's system
+    prompt and then each question): every request after its group's first finds the system prompt in the
+    cache, and no more of it."""
+    cached: list[Any] = []
+    reply = None
+    for question in QUESTIONS:
+        for system_prompt in SYSTEM_PROMPTS:
+            reply = await send(client, url + "/generate", body=generate(input_ids=system_prompt + question))
+            cached.append((reply.json() or {}).get("meta_info", {}).get("cached_tokens"))
+    assert reply is not None
+    return {**describe(reply), "cached_tokens_by_request": cached}
+
+
+CONVERSATION_SYSTEM_PROMPT = [1 + (37 * index) % 500 for index in range(3000)]
+"""Long enough that prefilling it takes a real server far longer than the few tokens a later turn adds (the
+tiny model's context is 4096 tokens)."""
+USER_TURNS = [[450 + turn] + [1 + (11 * turn + 5 * index) % 500 for index in range(15)] for turn in range(3)]
+CONVERSATION_REPEATS = 3
+
+
+async def conversation(client: aiohttp.ClientSession, url: str) -> tuple[list[Any], list[float], Reply]:
+    """One conversation on an empty cache, each turn streamed: the system prompt, then each user turn
+    after all earlier turns and the server's own replies (its output ids). Cached tokens and the time to
+    the first event of each turn, and the last turn's reply."""
+    await settle(client, url)
+    history: list[int] = list(CONVERSATION_SYSTEM_PROMPT)
+    cached: list[Any] = []
+    first_event_s: list[float] = []
+    reply = None
+    for user_turn in USER_TURNS:
+        history += user_turn
+        body = json.dumps(generate(input_ids=history, stream=True)).encode()
+        events: list[Any] = []
+        start = time.perf_counter()
+        async with client.post(url + "/generate", data=body, headers=JSON) as response:
+            async for line in response.content:
+                if line.startswith(b"data: "):
+                    if not events:
+                        first_event_s.append(time.perf_counter() - start)
+                    events.append(parse_event(line[6:].strip()))
+            reply = Reply(response.status, response.headers.get("content-type"), events=events)
+        finish = next(event for event in reversed(events) if isinstance(event, dict))
+        cached.append(finish.get("meta_info", {}).get("cached_tokens"))
+        history += finish.get("output_ids") or []
+    assert reply is not None
+    return cached, first_event_s, reply
+
+
+async def multi_turn_live_replies(client: aiohttp.ClientSession, url: str) -> Structure:
+    """A three-turn conversation with a long system prompt, run three times from an empty cache. Each
+    later turn is served from the cache but for its new user turn (the earlier turns and replies, less
+    the last reply's last token); so the first turn, which prefills all of the system prompt, is the one
+    slowest to its first token: on the fastest of the three runs of each turn, which leaves out the
+    machine's stalls."""
+    runs = [await conversation(client, url) for _ in range(CONVERSATION_REPEATS)]
+    fastest = [min(times) for times in zip(*(first_event_s for _, first_event_s, _ in runs), strict=True)]
+    return {
+        **describe(runs[-1][2], "generate"),
+        "cached_tokens_by_turn": [cached for cached, _, _ in runs],
+        "first_turn_slowest": fastest[0] > max(fastest[1:]),
+    }
 
 
 async def abort_stream(client: aiohttp.ClientSession, url: str) -> Structure:
@@ -735,6 +812,34 @@ def test_the_protocol_suite_runs_against_each_server(
         assert status == case.status, structure
     if "events" in structure:
         assert structure["events"].endswith("[DONE]"), structure["events"]
+
+
+CASES_BY_NAME = {case.name: case for case in CASES}
+
+
+def test_each_server_caches_what_fairbenchs_workloads_design(
+    request: pytest.FixtureRequest, recordings: Recordings, target: str
+) -> None:
+    """The cached tokens of each request of the shared-prefix and the multi-turn case are those fairbench
+    designs for such a workload (``workload.designed_cached_tokens``, which the ``prefix_reuse`` check
+    holds a point to); a conversation's first turn is its slowest to the first token."""
+    order = [(group, question) for question in range(len(QUESTIONS)) for group in range(len(SYSTEM_PROMPTS))]
+    groups = [
+        Prompt(index, QUESTIONS[question], 72, OUTPUT_TOKENS, SYSTEM_PROMPTS[group], group)
+        for index, (group, question) in enumerate(order)
+    ]
+    shared = recordings.get(request, target, CASES_BY_NAME["shared_prefix_groups"])
+    assert shared["cached_tokens_by_request"] == list(designed_cached_tokens(groups, FLUSHED).values())
+    prompt_len = len(CONVERSATION_SYSTEM_PROMPT)
+    turns = []
+    for turn, user_turn in enumerate(USER_TURNS):
+        prompt_len += len(user_turn) + (OUTPUT_TOKENS if turn else 0)
+        system = CONVERSATION_SYSTEM_PROMPT
+        turns.append(Prompt(turn, user_turn, prompt_len, OUTPUT_TOKENS, system, conversation=0, turn=turn))
+    conversation = recordings.get(request, target, CASES_BY_NAME["multi_turn_live_replies"])
+    designed = list(designed_cached_tokens(turns, FLUSHED).values())
+    assert conversation["cached_tokens_by_turn"] == [designed] * CONVERSATION_REPEATS
+    assert conversation["first_turn_slowest"] is True
 
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_NAMES)
