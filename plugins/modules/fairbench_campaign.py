@@ -39,9 +39,9 @@ EXAMPLES = r"""
 RETURN = r"""
 ansible_facts:
   description:
-    - C(fairbench_campaign), the expanded campaign (configs with unit, argv, env; workload).
-    - C(fairbench_workload_file), the local file the workload reads (its ShareGPT-style dataset or its
-      trace), which every host gets a copy of; null for a generated dataset.
+    - C(fairbench_campaign), the expanded campaign (configs with unit, argv, env; workload or workloads).
+    - C(fairbench_workload_files), the local files the workloads read (ShareGPT-style datasets, traces),
+      each once, which every host gets a copy of; empty for generated datasets.
   returned: success
   type: dict
 run_id:
@@ -85,7 +85,8 @@ def main() -> None:
         module.fail_json(msg="\n".join(exc.messages), errors=exc.messages)
     for warning in campaign.warnings:
         module.warn(warning)
-    facts = {"fairbench_campaign": campaign.to_json(), "fairbench_workload_file": campaign.workload.file}
+    files = [workload.file for workload in campaign.workloads.values() if workload.file is not None]
+    facts = {"fairbench_campaign": campaign.to_json(), "fairbench_workload_files": list(dict.fromkeys(files))}
     module.exit_json(changed=False, run_id=run_id or new_run_id(), ansible_facts=facts)
 
 

@@ -13,14 +13,25 @@ description:
   - Otherwise, in one process (fairbench.hosts.config_run), checks that the host is clean (no fairbench
     server unit running, which it stops, nothing on the server's port, no process of the servers' user,
     the GPUs at their idle baseline), restarts C(unit), waits until it answers /health_generate, saves
-    unit.service, server_info.json and host.json into C(out), sweeps the job's repeats, stops the unit,
-    saves its journal as journal.log, and waits until the host is clean again.
+    unit.service, server_info.json and host.json into C(out), sweeps the job's repeats (of C(workload), or
+    of each of C(workloads) in turn, each into C(out)/<name>), stops the unit, saves its journal as
+    journal.log, and waits until the host is clean again.
   - Fails naming the stage (C(clean), C(start), C(health), C(sweep), C(stop)) in C(stage); the server is
     stopped and its journal saved whatever failed.
   - In check mode, returns the points it would measure and starts nothing.
 extends_documentation_fragment:
   - fairbench.fairbench.sweep
 options:
+  workload:
+    description:
+      - The workload (a campaign's C(workload), as the fairbench_campaign fact holds it); or give
+        C(workloads).
+    type: dict
+  workloads:
+    description:
+      - Several workloads by name (a campaign's C(workloads)), each swept in turn on the one server start
+        into C(out)/<name>.
+    type: dict
   unit:
     description: The config's systemd unit.
     type: str
@@ -66,7 +77,7 @@ EXAMPLES = r"""
   fairbench.fairbench.fairbench_config_run:
     unit: fairbench-demo-tp8.service
     url: http://127.0.0.1:30000
-    workload: "{{ fairbench_campaign.workload }}"
+    workloads: "{{ fairbench_campaign.workloads }}"
     out: /var/lib/fairbench/results/demo/run1/tp8
     repeats: [0]
     clean: {port: 30000, user: fairbench}
@@ -82,7 +93,7 @@ server_started:
   description: Whether the server was started (not C(started), which is the async job's own key).
   type: bool
 planned:
-  description: The point ids the job measures (or would, in check mode).
+  description: The point ids the job measures (or would, in check mode); a named workload's as <name>/<id>.
   type: list
 timeline:
   description:
@@ -90,7 +101,9 @@ timeline:
       its last point written (null where not reached).
   type: dict
 sweep:
-  description: What the sweep did (as fairbench_sweep returns it).
+  description:
+    - What the sweep did (as fairbench_sweep returns it); of several workloads, merged (each level naming
+      its C(workload)), with each one's under C(workloads).
   type: dict
 stopped_units:
   description: fairbench server units found running before the start, and stopped.
@@ -106,9 +119,10 @@ from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_swee
 
 with FairbenchImport.on_gpu_host() as FAIRBENCH_IMPORT:
     from fairbench.campaign.findings import CampaignError
+    from fairbench.campaign.model import SINGLE_WORKLOAD
     from fairbench.hosts.ansible_support import spec_from_arguments
     from fairbench.hosts.clean_state import SERVER_UNIT_GLOB
-    from fairbench.hosts.config_run import CleanSettings, JobRun, StageError, plan, run_job
+    from fairbench.hosts.config_run import CleanSettings, JobRun, StageError, plan, points_diff, run_job
     from fairbench.measure.results import ResultsError
 
 CLEAN_OPTIONS = {
@@ -126,15 +140,22 @@ def main() -> None:
     module = FAIRBENCH_IMPORT.ansible_module(
         argument_spec={
             **SWEEP_ARGUMENT_SPEC,
+            "workload": {"type": "dict"},
+            "workloads": {"type": "dict"},
             "unit": {"type": "str", "required": True},
             "start_timeout_s": {"type": "int", "default": 3600},
             "journal_lines": {"type": "int", "default": 2000},
             "clean": {"type": "dict", "required": True, "options": CLEAN_OPTIONS},
         },
+        mutually_exclusive=[("workload", "workloads")],
+        required_one_of=[("workload", "workloads")],
     )
     params = module.params
+    workloads = params["workloads"] or {SINGLE_WORKLOAD: params["workload"]}
     try:
-        spec = spec_from_arguments(params)
+        specs = {
+            name: spec_from_arguments({**params, "workload": entry}) for name, entry in workloads.items()
+        }
     except CampaignError as exc:
         module.fail_json(msg="\n".join(exc.messages), errors=exc.messages)
     clean = params["clean"]
@@ -142,7 +163,7 @@ def main() -> None:
         unit=params["unit"],
         url=params["url"].rstrip("/"),
         out=Path(params["out"]),
-        spec=spec,
+        specs=specs,
         clean=CleanSettings(
             port=clean["port"],
             user=clean["user"],
@@ -157,7 +178,7 @@ def main() -> None:
     )
     try:
         if module.check_mode:
-            diff = plan(job).points_diff(params["out"], check=True)
+            diff = points_diff(plan(job), job.out, check=True)
             module.exit_json(changed=bool(job.planned), diff=diff, **job.to_json())
         run_job(job)
     except StageError as exc:

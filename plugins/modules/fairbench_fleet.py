@@ -94,6 +94,7 @@ from pathlib import Path
 from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_import import FairbenchImport
 
 with FairbenchImport.on_control_node() as FAIRBENCH_IMPORT:
+    from fairbench.campaign.model import repeats_json
     from fairbench.fleet.equivalence import check_pools
     from fairbench.fleet.plan import SPREAD, PlanError, check_gpus, most_jobs, plan, pools
     from fairbench.fleet.queue import Queue, new_state, predict, sticky_hosts
@@ -138,7 +139,7 @@ def main() -> None:
         excluded=excluded,
         equivalence=equivalence,
         sticky=sticky_hosts(run_dir, jobs),
-        repeats=repeats_from_json(campaign["workload"]["repeats"]),
+        repeats=repeats_from_json(repeats_json(campaign)),
     )
     predicted = predict(state, [host for host in params["play_hosts"] if host not in excluded])
     written = params["queue"] and not module.check_mode

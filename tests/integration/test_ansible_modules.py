@@ -407,7 +407,7 @@ def test_a_traces_file_goes_with_the_campaign_and_is_found_by_its_name_on_the_ho
     campaign.write_text(TRACE_CAMPAIGN)
     loaded = run_play(tmp_path, [_load_task(str(campaign))])["Load"]
     assert not loaded.get("failed"), loaded
-    assert loaded["ansible_facts"]["fairbench_workload_file"] == str(trace)
+    assert loaded["ansible_facts"]["fairbench_workload_files"] == [str(trace)]
     workload = loaded["ansible_facts"]["fairbench_campaign"]["workload"]
     # What the trace sets itself is derived again where the workload is read: its window and speedups only.
     assert workload == {
@@ -608,7 +608,7 @@ def test_config_run_in_check_mode_plans_the_jobs_repeats_and_starts_nothing(
     levels = WORKLOAD["concurrency"]
     assert result["planned"] == [f"c{level}-r1" for level in levels]  # only this job's repeat
     assert result["server_started"] is False and result["changed"] is True
-    assert result["diff"]["after"] == "".join(f"c{level}-r1\n" for level in levels)
+    assert result["diff"][0]["after"] == "".join(f"c{level}-r1\n" for level in levels)
     assert not (out / "points.jsonl").exists()
 
 
@@ -638,10 +638,9 @@ esac
 """
 
 
-def test_a_job_run_again_with_remeasure_failed_measures_its_failed_points_again(tmp_path: Path) -> None:
-    # As the bench role runs a job (roles/bench/tasks/config.yml), twice on one run id: the first time the
-    # server crashes during the last level, which completes some of its requests; the second time (the
-    # crash was the host's, since mended) with and without bench_remeasure_failed.
+def _fake_systemd(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """The environment that puts FAKE_SYSTEMCTL (and a journalctl with no entries) first on PATH, and the
+    folder of its one unit (its ``command``, ``pid`` and ``log``)."""
     bin_dir, unit = tmp_path / "bin", tmp_path / "unit"
     bin_dir.mkdir()
     unit.mkdir()
@@ -649,10 +648,21 @@ def test_a_job_run_again_with_remeasure_failed_measures_its_failed_points_again(
     (bin_dir / "journalctl").write_text('#!/usr/bin/env bash\necho "-- No entries --"\n')
     for tool in bin_dir.iterdir():
         tool.chmod(0o755)
-    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_UNIT": str(unit)}
-    port, out = _free_port(), tmp_path / "out"
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_UNIT": str(unit)}, unit
+
+
+def _sim_command(port: int) -> str:
     fairbench = Path(sys.executable).parent / "fairbench"
-    server = f"{fairbench} sim --model-path test/model --port {port} --sim-time-scale 0.02"
+    return f"{fairbench} sim --model-path test/model --port {port} --sim-time-scale 0.02"
+
+
+def test_a_job_run_again_with_remeasure_failed_measures_its_failed_points_again(tmp_path: Path) -> None:
+    # As the bench role runs a job (roles/bench/tasks/config.yml), twice on one run id: the first time the
+    # server crashes during the last level, which completes some of its requests; the second time (the
+    # crash was the host's, since mended) with and without bench_remeasure_failed.
+    env, unit = _fake_systemd(tmp_path)
+    port, out = _free_port(), tmp_path / "out"
+    server = _sim_command(port)
 
     def job(name: str, *, remeasure_failed: bool) -> dict[str, Any]:
         arguments = {
@@ -692,6 +702,42 @@ def test_a_job_run_again_with_remeasure_failed_measures_its_failed_points_again(
     assert lines[2]["supersedes"] == {"line": 2, "requests": "requests/c4-r0.line2.jsonl.gz"}
     assert [point["completed"] for point in ResultsDir(out).points()] == [16, 16]
     assert (out / "requests/c4-r0.line2.jsonl.gz").exists()
+
+
+def test_a_job_of_several_workloads_sweeps_each_into_its_directory_on_one_server_start(
+    tmp_path: Path,
+) -> None:
+    env, unit = _fake_systemd(tmp_path)
+    port, out = _free_port(), tmp_path / "out"
+    (unit / "command").write_text(_sim_command(port))
+    workloads = {"random": WORKLOAD, "short": {**WORKLOAD, "output_len": 2, "concurrency": [2]}}
+    arguments = {
+        "unit": "fairbench-demo-tp8.service",
+        "url": f"http://127.0.0.1:{port}",
+        "workloads": workloads,
+        "out": str(out),
+        "repeats": [0],
+        "clean": {"port": port, "user": _idle_user(), "timeout_s": 10},
+    }
+    result = run_play(tmp_path, [{"name": "Job", fqcn("fairbench_config_run"): arguments}], env=env)["Job"]
+    assert not result.get("failed"), result
+    assert result["planned"] == ["random/c1-r0", "random/c4-r0", "short/c2-r0"]
+    assert result["sweep"]["written"] == result["planned"] and result["sweep"]["problems"] == []
+    assert [(level["workload"], level["point_id"]) for level in result["sweep"]["levels"]] == [
+        ("random", "c1-r0"),
+        ("random", "c4-r0"),
+        ("short", "c2-r0"),
+    ]
+    # Each workload's points in its own directory, the server's files once beside them; one start.
+    assert [point["random_output_len"] for point in ResultsDir(out / "short").points()] == [2]
+    assert [point["max_concurrency"] for point in ResultsDir(out / "random").points()] == [1, 4]
+    assert not (out / "points.jsonl").exists() and (out / "server_info.json").exists()
+    assert (out / "progress.json").exists() and not (out / "short" / "progress.json").exists()
+    timeline = result["timeline"]
+    assert timeline["unit_started_at"] < timeline["first_request_at"] < timeline["last_point_ended_at"]
+    # Run again, every point is there: nothing is planned and no server starts.
+    again = run_play(tmp_path, [{"name": "Again", fqcn("fairbench_config_run"): arguments}], env=env)["Again"]
+    assert (again["planned"], again["server_started"]) == ([], False), again
 
 
 # --- fairbench_fleet, fairbench_fleet_job ------------------------------------------------------------

@@ -39,6 +39,7 @@ from tests.support.sim_process import (
 )
 
 from fairbench.campaign.load import load_campaign
+from fairbench.campaign.model import SINGLE_WORKLOAD
 from fairbench.sim.predict import predict_point
 
 TEST_MODEL = "sim/test-model"
@@ -195,7 +196,7 @@ K26_LOAD_S = {"tp8": 8.0, "ep4": 11.0, "ep8": 14.0, "ep8-eplb": 8.0}
 @pytest.mark.timing  # the client must send each wave as fast as the simulated server prefills it
 def test_the_k26_profile_reproduces_the_published_campaign_through_a_sweep(tmp_path: Path) -> None:
     campaign = load_campaign(CAMPAIGN)
-    workload = campaign.workload
+    workload = campaign.workloads[SINGLE_WORKLOAD]
     peak = max(workload.concurrency)
     points = [(name, 1) for name, (at_c1, _) in PUBLISHED.items() if at_c1 is not None]
     points += [(name, peak) for name in PUBLISHED]

@@ -21,6 +21,7 @@ from tests.support.lab_hosts import INVENTORY, ansible_env, answering_lab_hosts,
 from tests.support.unit_exposure import UNIT_EXPOSURE
 
 from fairbench.campaign.load import load_campaign
+from fairbench.campaign.model import SINGLE_WORKLOAD
 
 pytestmark = pytest.mark.lab
 
@@ -106,7 +107,7 @@ def _points(config_dir: Path) -> list[dict[str, object]]:
 
 
 def test_every_good_config_has_a_point_for_every_level_on_every_host(campaign_run: CampaignRun) -> None:
-    levels = load_campaign(REPO / CAMPAIGN).workload.concurrency
+    levels = load_campaign(REPO / CAMPAIGN).workloads[SINGLE_WORKLOAD].concurrency
     for host in campaign_run.hosts:
         for config in GOOD_CONFIGS:
             config_dir = campaign_run.config_dir(host, config)
@@ -175,7 +176,7 @@ def test_a_crashing_server_is_marked_failed_with_its_journal_and_the_next_config
 
 def test_fairbench_run_shows_each_job_and_every_level_as_it_completes(campaign_run: CampaignRun) -> None:
     lines = campaign_run.first.output.splitlines()
-    levels = load_campaign(REPO / CAMPAIGN).workload.concurrency
+    levels = load_campaign(REPO / CAMPAIGN).workloads[SINGLE_WORKLOAD].concurrency
     for host in campaign_run.hosts:
         for config in GOOD_CONFIGS:
             prefix = f"{host} {config}: "

@@ -33,6 +33,7 @@ import yaml
 from tests.support.lab_hosts import INVENTORY, ansible_env, answering_lab_hosts, tool
 
 from fairbench.campaign.load import load_campaign
+from fairbench.campaign.model import SINGLE_WORKLOAD
 
 pytestmark = pytest.mark.lab
 
@@ -118,7 +119,7 @@ def test_a_spread_campaign_measures_each_config_once_and_compares_configs_not_ho
     assert done.returncode == 0, done.stdout[-4000:]
     run_dir = tmp_path / "labfleet" / "spread"
     campaign = load_campaign(REPO / FLEET)
-    levels = list(campaign.workload.concurrency)
+    levels = list(campaign.workloads[SINGLE_WORKLOAD].concurrency)
     placed: dict[str, list[str]] = {}
     for config in campaign.configs:
         dirs = [run_dir / host / config for host in hosts if (run_dir / host / config).is_dir()]

@@ -42,7 +42,7 @@ import yaml
 
 from fairbench.campaign.fleet_facts import REASONS
 from fairbench.campaign.load import parse_campaign
-from fairbench.campaign.model import Campaign, ServingConfig
+from fairbench.campaign.model import SINGLE_WORKLOAD, Campaign, ServingConfig
 from fairbench.fleet.equivalence import check_pools
 from fairbench.fleet.plan import PLAY_POOL, Job, plan
 from fairbench.fleet.queue import FLEET_FILE, RUNNING, QueueState, new_state, predict
@@ -131,7 +131,7 @@ def _unit(campaign: Campaign, config: ServingConfig, env: Mapping[str, str], exe
 
 def _sweep_args(campaign: Campaign) -> list[str]:
     """``fairbench sweep``'s options for the campaign's workload and objectives."""
-    workload = campaign.workload
+    workload = campaign.workloads[SINGLE_WORKLOAD]
     repeats = workload.repeats
     if isinstance(repeats, AutoRepeats):
         shown = f"auto:{repeats.minimum}:{repeats.maximum}:{repeats.half_width_pct}"
@@ -339,7 +339,7 @@ def _sweep_job(
     the directory's points as the module returns them (``levels``)."""
     identity = RunIdentity(campaign.name, config_dir.parent.parent.name, host, job.config)
     spec = ansible_support.sweep_spec(
-        campaign.workload,
+        campaign.workloads[SINGLE_WORKLOAD],
         url,
         identity=identity,
         repeats=list(job.repeats),
@@ -457,7 +457,7 @@ def build_fleet_run(
         excluded={},
         equivalence=equivalence.to_json(),
         sticky={},
-        repeats=campaign.workload.repeats,
+        repeats=campaign.workloads[SINGLE_WORKLOAD].repeats,
     )
     # Unless the test places a job, it runs where the queue would put it if every job took as long.
     predicted = {job["id"]: job["hosts"] for led in predict(queue, hosts).values() for job in led}

@@ -12,7 +12,7 @@ import yaml
 
 from fairbench.campaign.findings import CampaignError
 from fairbench.campaign.load import load_campaign, parse_campaign
-from fairbench.campaign.model import ArgValue, Campaign, render_flags
+from fairbench.campaign.model import SINGLE_WORKLOAD, ArgValue, Campaign, render_flags
 from fairbench.campaign.workload import workload_from_json
 from fairbench.cli.main import main
 
@@ -111,7 +111,7 @@ RULES = [
     ),
     pytest.param(
         changed(("colour", "blue")),
-        "colour: unknown key; expected one of name, engine, model, configs, workload, common, "
+        "colour: unknown key; expected one of name, engine, model, configs, workload, workloads, common, "
         "start_timeout_s, placement, accept_host_differences, slo",
         id="unknown-top-key",
     ),
@@ -528,7 +528,7 @@ def test_a_cycle_is_reported_once_and_configs_behind_it_are_not_blamed() -> None
 def test_a_dataset_path_is_resolved_from_the_campaign_folder(tmp_path: Path) -> None:
     (tmp_path / "sharegpt.json").write_text("[]", encoding="utf-8")
     campaign = parse(changed(("workload.dataset", "sharegpt.json")), base_dir=tmp_path)
-    assert campaign.workload.dataset == str(tmp_path / "sharegpt.json")
+    assert campaign.workloads[SINGLE_WORKLOAD].dataset == str(tmp_path / "sharegpt.json")
 
 
 def test_a_missing_dataset_file_is_an_error(tmp_path: Path) -> None:
@@ -545,7 +545,7 @@ SHARED = (("workload.dataset", "shared-prefix"), ("workload.input_len", DELETE))
 def test_a_shared_prefix_workload_takes_its_input_length_from_its_groups_and_round_trips() -> None:
     groups = {"groups": 4, "prompts_per_group": 8, "system_prompt_len": 1000, "question_len": 24}
     campaign = parse(changed(*SHARED, ("workload.shared_prefix", groups), ("workload.cache_state", "primed")))
-    workload = campaign.workload
+    workload = campaign.workloads[SINGLE_WORKLOAD]
     assert workload.input_len == 1024 and workload.cache_state == "primed"
     assert workload.shared_prefix is not None and workload.shared_prefix.order == "shuffled"
     recorded = workload.to_json()
@@ -554,16 +554,21 @@ def test_a_shared_prefix_workload_takes_its_input_length_from_its_groups_and_rou
 
 
 def test_a_shared_prefix_workload_without_its_groups_has_sglangs_defaults() -> None:
-    workload = parse(changed(*SHARED)).workload
+    workload = parse(changed(*SHARED)).workloads[SINGLE_WORKLOAD]
     assert workload.shared_prefix is not None
     assert (workload.shared_prefix.groups, workload.shared_prefix.prompts_per_group) == (64, 16)
     assert workload.input_len == 2048 + 128
 
 
 def test_a_workload_without_shared_prefixes_records_neither_new_key() -> None:
-    recorded = parse(VALID).workload.to_json()
+    recorded = parse(VALID).workloads[SINGLE_WORKLOAD].to_json()
     assert "shared_prefix" not in recorded and "cache_state" not in recorded
-    assert parse(changed(("workload.cache_state", "flushed"))).workload.to_json()["cache_state"] == "flushed"
+    assert (
+        parse(changed(("workload.cache_state", "flushed")))
+        .workloads[SINGLE_WORKLOAD]
+        .to_json()["cache_state"]
+        == "flushed"
+    )
 
 
 @pytest.mark.parametrize(
@@ -914,7 +919,7 @@ def test_flags_that_set_the_gpu_count_are_checked(key: str, value: object, messa
 
 
 def test_a_workload_round_trips_through_json() -> None:
-    workload = parse(VALID).workload
+    workload = parse(VALID).workloads[SINGLE_WORKLOAD]
     assert workload_from_json(workload.to_json(), "sweep") == workload
     with pytest.raises(CampaignError) as caught:
         workload_from_json({**workload.to_json(), "repeats": 0}, "sweep")
@@ -924,7 +929,9 @@ def test_a_workload_round_trips_through_json() -> None:
 
 
 def test_request_counts_per_level() -> None:
-    workload = parse(changed(("workload.prompts_per_level", "3x"), ("workload.warmup", 5))).workload
+    workload = parse(changed(("workload.prompts_per_level", "3x"), ("workload.warmup", 5))).workloads[
+        SINGLE_WORKLOAD
+    ]
     assert [workload.prompts_at(level) for level in (1, 8)] == [16, 24]
     assert [workload.warmup_at(level) for level in (1, 8)] == [5, 5]
 

@@ -19,6 +19,7 @@ from tests.support.campaign_documents import (
 )
 
 from fairbench.campaign.findings import CampaignError
+from fairbench.campaign.model import SINGLE_WORKLOAD
 from fairbench.campaign.workload import workload_from_json
 from fairbench.measure.repeats import AutoRepeats, repeats_to_json
 from fairbench.measure.slo import SLO_KEY_RULE, SLO_LIMIT_RULE, SloTarget
@@ -86,8 +87,8 @@ def test_every_broken_slo_entry_is_reported_and_the_unknown_top_key_lists_slo() 
         f"slo.tpot_p50_ms: {SLO_LIMIT_RULE}, got 0",
     ]
     assert errors_of(changed(slos={})) == [
-        "slos: unknown key; expected one of name, engine, model, configs, workload, common, start_timeout_s, "
-        "placement, accept_host_differences, slo (did you mean 'slo'?)"
+        "slos: unknown key; expected one of name, engine, model, configs, workload, workloads, common, "
+        "start_timeout_s, placement, accept_host_differences, slo (did you mean 'slo'?)"
     ]
 
 
@@ -109,14 +110,14 @@ def test_every_broken_slo_entry_is_reported_and_the_unknown_top_key_lists_slo() 
 def test_repeats_are_a_count_or_automatic_with_the_defaults_for_what_is_left_out(
     repeats: object, expected: int | AutoRepeats
 ) -> None:
-    workload = parse(changed({"repeats": repeats})).workload
+    workload = parse(changed({"repeats": repeats})).workloads[SINGLE_WORKLOAD]
     assert workload.repeats == expected
     assert workload.to_json()["repeats"] == repeats_to_json(expected)
     assert workload_from_json(workload.to_json(), "sweep") == workload
 
 
 def test_repeats_default_to_one_fixed_repeat() -> None:
-    workload = parse(VALID).workload
+    workload = parse(VALID).workloads[SINGLE_WORKLOAD]
     assert workload.repeats == 1
     assert workload.to_json()["repeats"] == 1
 
@@ -187,13 +188,16 @@ def test_a_count_out_of_range_is_not_also_compared_with_the_other() -> None:
 
 def test_search_resolution_with_an_slo_is_kept_and_written_back() -> None:
     campaign = parse(changed({"search_resolution": 4}, slo={"ttft_p99_ms": 2000}))
-    assert campaign.workload.search_resolution == 4
+    assert campaign.workloads[SINGLE_WORKLOAD].search_resolution == 4
     assert campaign.to_json()["workload"]["search_resolution"] == 4
-    assert workload_from_json(campaign.workload.to_json(), "sweep") == campaign.workload
+    assert (
+        workload_from_json(campaign.workloads[SINGLE_WORKLOAD].to_json(), "sweep")
+        == campaign.workloads[SINGLE_WORKLOAD]
+    )
 
 
 def test_without_search_resolution_there_is_no_search_and_no_key() -> None:
-    workload = parse(changed(slo={"ttft_p99_ms": 2000})).workload
+    workload = parse(changed(slo={"ttft_p99_ms": 2000})).workloads[SINGLE_WORKLOAD]
     assert workload.search_resolution is None
     assert "search_resolution" not in workload.to_json()
 
@@ -207,7 +211,11 @@ def test_search_resolution_needs_an_slo(slo: object) -> None:
 
 
 def test_the_slo_rule_is_the_campaigns_a_workload_alone_may_search() -> None:
-    data = parse(changed({"search_resolution": 4}, slo={"ttft_p99_ms": 2000})).workload.to_json()
+    data = (
+        parse(changed({"search_resolution": 4}, slo={"ttft_p99_ms": 2000}))
+        .workloads[SINGLE_WORKLOAD]
+        .to_json()
+    )
     assert workload_from_json(data, "sweep").search_resolution == 4
 
 
@@ -236,7 +244,7 @@ def test_search_resolution_is_an_integer_in_its_range(value: object, message: st
 
 
 def test_an_open_loop_has_rates_and_the_defaults_of_its_arrivals() -> None:
-    workload = parse(open_loop()).workload
+    workload = parse(open_loop()).workloads[SINGLE_WORKLOAD]
     assert workload.concurrency == ()
     assert workload.request_rate == (0.5, 2.0, 8.0)
     assert all(isinstance(rate, float) for rate in workload.request_rate)
@@ -245,13 +253,13 @@ def test_an_open_loop_has_rates_and_the_defaults_of_its_arrivals() -> None:
 
 
 def test_a_closed_loop_has_no_rate_and_its_levels_are_the_concurrency() -> None:
-    workload = parse(VALID).workload
+    workload = parse(VALID).workloads[SINGLE_WORKLOAD]
     assert workload.request_rate == () and workload.max_concurrency is None
     assert not workload.open_loop and workload.levels == (1, 2, 4)
 
 
 def test_an_open_loop_is_written_with_its_keys_and_read_back() -> None:
-    workload = parse(open_loop(arrival="gamma", burstiness=0.25)).workload
+    workload = parse(open_loop(arrival="gamma", burstiness=0.25)).workloads[SINGLE_WORKLOAD]
     data = workload.to_json()
     assert list(data) == [
         "api", "dataset", "input_len", "output_len", "request_rate", "arrival", "burstiness",
@@ -262,18 +270,20 @@ def test_an_open_loop_is_written_with_its_keys_and_read_back() -> None:
 
 
 def test_a_closed_loop_is_written_as_before_open_loops() -> None:
-    assert list(parse(VALID).workload.to_json()) == [
+    assert list(parse(VALID).workloads[SINGLE_WORKLOAD].to_json()) == [
         "api", "dataset", "input_len", "output_len", "concurrency", "prompts_per_level", "warmup", "repeats",
         "seed",
     ]  # fmt: skip
 
 
 def test_nx_at_a_rate_is_n_seconds_of_arrivals_rounded_up() -> None:
-    workload = parse(open_loop(request_rate=[0.28, 2.5, 4], prompts_per_level="25x", warmup="25x")).workload
+    workload = parse(open_loop(request_rate=[0.28, 2.5, 4], prompts_per_level="25x", warmup="25x")).workloads[
+        SINGLE_WORKLOAD
+    ]
     # 25 x 0.28 is 7.000000000000001 in floats: the rate counts as written, 7 requests, not 8.
     assert [workload.warmup_at(rate) for rate in workload.request_rate] == [7, 63, 100]
     assert [workload.prompts_at(rate) for rate in workload.request_rate] == [16, 63, 100]
-    fixed = parse(open_loop(prompts_per_level=40, warmup=0)).workload
+    fixed = parse(open_loop(prompts_per_level=40, warmup=0)).workloads[SINGLE_WORKLOAD]
     assert [(fixed.prompts_at(rate), fixed.warmup_at(rate)) for rate in fixed.request_rate] == [(40, 0)] * 3
 
 
@@ -487,18 +497,18 @@ def replayed(**workload: Any) -> dict[str, Any]:
 
 
 def test_a_trace_is_replayed_at_its_windows_own_rate_times_each_speedup() -> None:
-    workload = parse(replayed()).workload
+    workload = parse(replayed()).workloads[SINGLE_WORKLOAD]
     window = load_window(TraceWindow(str(Path(SAMPLE).absolute()), count=20))
     assert workload.trace == TraceWindow(str(Path(SAMPLE).absolute()), count=20)
     assert workload.request_rate == pytest.approx([own_rate(window), 4 * own_rate(window)])
     assert workload.open_loop and workload.arrival == "trace" and workload.max_concurrency == 20
     assert workload.input_len == max(request.input_len for request in window)
     assert workload.file == str(Path(SAMPLE).absolute())
-    assert parse(replayed(max_concurrency=8)).workload.max_concurrency == 8
+    assert parse(replayed(max_concurrency=8)).workloads[SINGLE_WORKLOAD].max_concurrency == 8
 
 
 def test_a_trace_is_written_as_its_window_and_speedups_and_read_back_on_a_host(tmp_path: Path) -> None:
-    workload = parse(replayed(trace={"path": SAMPLE, "start_s": 0.5})).workload
+    workload = parse(replayed(trace={"path": SAMPLE, "start_s": 0.5})).workloads[SINGLE_WORKLOAD]
     data = workload.to_json()
     assert {key for key in data} == {
         "api", "dataset", "trace", "trace_speedup", "max_concurrency", "warmup", "repeats", "seed",
@@ -579,7 +589,7 @@ def test_a_bad_trace_is_refused_naming_its_line_before_any_host_is_touched(tmp_p
 
 @pytest.mark.parametrize("document", [replayed(), replayed(max_concurrency=4, cache_state="flushed")])
 def test_the_schema_takes_a_trace_the_loader_takes(document: dict[str, Any]) -> None:
-    assert parse(document).workload.trace is not None
+    assert parse(document).workloads[SINGLE_WORKLOAD].trace is not None
     assert list(VALIDATOR.iter_errors(document)) == []
 
 

@@ -14,6 +14,7 @@ import yaml
 from tests.support.campaign_documents import DELETE, VALIDATOR, changed, errors_of, parse
 
 from fairbench.campaign.load import parse_campaign
+from fairbench.campaign.model import SINGLE_WORKLOAD
 from fairbench.campaign.sweep import sweep_spec
 from fairbench.campaign.workload import workload_from_json
 from fairbench.measure.client import ApiFormat
@@ -284,7 +285,7 @@ def conversing(**workload: Any) -> dict[str, Any]:
 
 
 def test_a_campaigns_conversations_reach_the_sweep_and_are_written_back_whole() -> None:
-    workload = parse(conversing()).workload
+    workload = parse(conversing()).workloads[SINGLE_WORKLOAD]
     assert workload.multi_turn == MultiTurn(turns=3, user_len=10, system_prompt_len=20, think_time_s=0.5)
     assert workload.input_len == 30 and workload.file is None
     data = workload.to_json()
@@ -308,7 +309,9 @@ def test_a_campaigns_sharegpt_turns_are_found_beside_it_and_on_a_host(tmp_path: 
     chats.write_text(json.dumps([{"conversations": [{"from": "human", "value": "hi"}] * 3}]))
     document = conversing(api="completions", multi_turn={"turns": 2, "sharegpt": "chats.json"})
     document["workload"].pop("cache_state")
-    workload = parse_campaign(yaml.safe_dump(document), str(tmp_path / "c.yml"), tmp_path).workload
+    workload = parse_campaign(yaml.safe_dump(document), str(tmp_path / "c.yml"), tmp_path).workloads[
+        SINGLE_WORKLOAD
+    ]
     assert workload.multi_turn is not None and workload.file == str(chats)
     host = tmp_path / "host"
     host.mkdir()

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from fairbench.campaign.load import parse_campaign
+from fairbench.campaign.model import SINGLE_WORKLOAD
 from fairbench.cli.sweep import configure, spec_from_args
 from fairbench.cli.usage import UsageError
 from fairbench.measure.trace_replay import TraceReplay, load_window, own_rate, replay_rates, window_of
@@ -211,7 +212,9 @@ def test_the_report_describes_a_replayed_trace_by_its_file_window_and_speedups(t
             "warmup": 0,
         },
     }
-    workload = parse_campaign(yaml.safe_dump(document), "replay.yml", tmp_path).workload.to_json()
+    workload = (
+        parse_campaign(yaml.safe_dump(document), "replay.yml", tmp_path).workloads[SINGLE_WORKLOAD].to_json()
+    )
     described = _prompts_text(workload) + _lengths_text(workload) + _load_text(workload)
     assert described == (
         "the trace `trace.jsonl` (from 0.5 s, at most 3 requests) with its own lengths, "

@@ -21,18 +21,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fairbench.campaign.checks import bounded, choice, mapping, unit_name_part, unit_string
+from fairbench.campaign.checks import Fields, bounded, choice, mapping, unit_name_part, unit_string
 from fairbench.campaign.expand import expand
-from fairbench.campaign.findings import Findings
+from fairbench.campaign.findings import Findings, join_path
 from fairbench.campaign.fleet import host_fact_names
 from fairbench.campaign.model import (
     DEFAULT_PLACEMENT,
     ENGINES,
     PLACEMENTS,
+    SINGLE_WORKLOAD,
     TOP_KEYS,
     TOP_REQUIRED,
+    WORKLOAD_TOP_KEYS,
     Campaign,
     Settings,
+    Workload,
 )
 from fairbench.campaign.objectives import check_slo
 from fairbench.campaign.rules import (
@@ -44,7 +47,7 @@ from fairbench.campaign.rules import (
 )
 from fairbench.campaign.source import check_source, read_text, yaml_document
 from fairbench.campaign.structure import Layer, common_settings, config_layers
-from fairbench.campaign.workload import STAND_IN_WORKLOAD, check_workload
+from fairbench.campaign.workload import STAND_IN_WORKLOAD, check_workload, check_workloads
 from fairbench.measure.bounds import START_TIMEOUT_S
 from fairbench.measure.slo import SloTarget
 
@@ -70,6 +73,20 @@ def _parse(text: str, source: str, base_dir: Path) -> Campaign:
     return campaign
 
 
+def _workloads(findings: Findings, top: Fields, base_dir: Path, *, in_mapping: bool) -> dict[str, Workload]:
+    """``workload`` (the campaign's one, ``SINGLE_WORKLOAD``) or ``workloads``, exactly one of them; neither
+    is missing where the document is no mapping (its own error says so)."""
+    given = [key for key in WORKLOAD_TOP_KEYS if key in top]
+    if not given and in_mapping:
+        findings.error("workload", "required key is missing")
+    elif len(given) > 1:
+        findings.error("workloads", "and workload both given: give the one workload, or the named ones")
+    if given == ["workloads"]:
+        return top.get("workloads", lambda f, p, v: check_workloads(f, p, v, base_dir), {})
+    workload = top.get("workload", lambda f, p, v: check_workload(f, p, v, base_dir), STAND_IN_WORKLOAD)
+    return {SINGLE_WORKLOAD: workload}
+
+
 def _campaign(findings: Findings, document: object, base_dir: Path) -> Campaign:
     top = mapping(findings, "", document, TOP_KEYS, required=TOP_REQUIRED)
     name = top.get("name", unit_name_part, "invalid")
@@ -77,7 +94,7 @@ def _campaign(findings: Findings, document: object, base_dir: Path) -> Campaign:
     model = top.get("model", unit_string, "")
     common = top.get("common", common_settings, Settings({}, {}, {}))
     layers: dict[str, Layer] = top.get("configs", config_layers, {})
-    workload = top.get("workload", lambda f, p, v: check_workload(f, p, v, base_dir), STAND_IN_WORKLOAD)
+    workloads = _workloads(findings, top, base_dir, in_mapping=isinstance(document, dict))
     start_timeout_s = top.get("start_timeout_s", bounded(START_TIMEOUT_S), None)
     placement = top.get("placement", choice(PLACEMENTS), DEFAULT_PLACEMENT)
     no_facts: tuple[str, ...] = ()
@@ -88,9 +105,11 @@ def _campaign(findings: Findings, document: object, base_dir: Path) -> Campaign:
     report_problems(findings, configs, layers, placement)
     if engine == "sglang":
         warn_unused_sim_flags(findings, common, layers)
-    warn_concurrency_above_capacity(findings, workload, configs)
-    warn_levels_without_their_concurrency(findings, workload)
-    check_search(findings, workload, slo)
+    for workload_name, workload in workloads.items():
+        path = "workload" if workload_name == SINGLE_WORKLOAD else join_path("workloads", workload_name)
+        warn_concurrency_above_capacity(findings, path, workload, configs)
+        warn_levels_without_their_concurrency(findings, path, workload)
+        check_search(findings, path, workload, slo)
     return Campaign(
         source=findings.source,
         name=name,
@@ -99,7 +118,7 @@ def _campaign(findings: Findings, document: object, base_dir: Path) -> Campaign:
         start_timeout_s=start_timeout_s,
         common=common,
         configs=configs,
-        workload=workload,
+        workloads=workloads,
         slo=slo,
         warnings=tuple(findings.warnings),
         placement=placement,

@@ -10,7 +10,9 @@ A campaign file is one YAML mapping. It says what to compare (``configs``) and h
 - ``configs``: at least one, by name (a unit name part, as ``name``); each holds any of ``extends`` (the
   name of the config it inherits from), ``args``, ``env``, ``sim``, ``unset``, and the fleet keys ``nodes``
   and ``hosts``; required.
-- ``workload``: how every config is driven (below); required.
+- ``workload``: how every config is driven (below); or ``workloads``: several, by name (a unit name part,
+  not ``ranks``), each config measured on each by one server start, each with its own verdict; exactly one
+  of the two is required. Several workloads share their ``repeats``, a count.
 - ``slo``: service-level objectives, ``<metric>_p<q>_ms: limit`` (``fairbench.measure.slo``); each point is
   judged against them and its goodput counted. Optional; empty or absent, there are none.
 - ``start_timeout_s``: how long a server may take to become healthy (optional; absent, the serving role's
@@ -88,6 +90,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, TypeGuard
 
 from fairbench.measure.bounds import GPUS, Bound
@@ -124,8 +127,22 @@ DEFAULT_NODES = 1
 SCHEDULING_KEYS = ("nodes", "hosts")
 """A config's keys that place its server on hosts rather than configure it; ``common`` takes neither."""
 
-TOP_REQUIRED = ("name", "engine", "model", "configs", "workload")
-TOP_KEYS = (*TOP_REQUIRED, "common", "start_timeout_s", "placement", "accept_host_differences", "slo")
+TOP_REQUIRED = ("name", "engine", "model", "configs")
+TOP_KEYS = (
+    *TOP_REQUIRED,
+    "workload",
+    "workloads",
+    "common",
+    "start_timeout_s",
+    "placement",
+    "accept_host_differences",
+    "slo",
+)
+WORKLOAD_TOP_KEYS = ("workload", "workloads")
+"""One of them is required: the campaign's one workload, or its named workloads."""
+SINGLE_WORKLOAD = ""
+"""The name ``Campaign.workloads`` gives a campaign's one ``workload``: its sweeps write into each config's
+directory itself, a named workload's into the config directory's ``<name>/`` (``workload_dir``)."""
 CONFIG_KEYS = ("extends", *SECTIONS, "unset", *SCHEDULING_KEYS)
 WORKLOAD_REQUIRED = ("api", "dataset", "input_len", "output_len", "prompts_per_level", "warmup")
 """Required always (``input_len`` but where ``shared_prefix`` makes it; none of ``TRACE_SETS`` with a
@@ -384,7 +401,8 @@ class Campaign:
     common: Settings
     configs: dict[str, ServingConfig]
     """In the file's order."""
-    workload: Workload
+    workloads: dict[str, Workload]
+    """By name, in the file's order; a ``workload:`` campaign's one is ``SINGLE_WORKLOAD``."""
     slo: tuple[SloTarget, ...]
     """The service-level objectives, in the file's order; empty: none."""
     warnings: tuple[str, ...]
@@ -406,10 +424,37 @@ class Campaign:
             "accept_host_differences": list(self.accept_host_differences),
             "common": self.common.to_json(),
             "configs": {name: config.to_json() for name, config in self.configs.items()},
-            "workload": self.workload.to_json(),
+            **workloads_to_json(self.workloads),
             "slo": slo_to_json(self.slo),
             "warnings": list(self.warnings),
         }
+
+
+def workloads_to_json(workloads: Mapping[str, Workload]) -> dict[str, Any]:
+    """campaign.json's ``workload`` for a campaign's one, as before named workloads existed; else its
+    ``workloads`` by name."""
+    if list(workloads) == [SINGLE_WORKLOAD]:
+        return {"workload": workloads[SINGLE_WORKLOAD].to_json()}
+    return {"workloads": {name: workload.to_json() for name, workload in workloads.items()}}
+
+
+def workloads_json(campaign: Mapping[str, Any]) -> dict[str, Any]:
+    """campaign.json's workloads by name (``workloads_to_json`` read back): ``SINGLE_WORKLOAD``'s alone, or
+    each named one."""
+    if "workloads" in campaign:
+        return dict(campaign["workloads"])
+    return {SINGLE_WORKLOAD: campaign["workload"]}
+
+
+def repeats_json(campaign: Mapping[str, Any]) -> Any:
+    """campaign.json's ``repeats``: its workloads share them (``check_workloads``)."""
+    return next(iter(workloads_json(campaign).values()))["repeats"]
+
+
+def workload_dir(config_dir: Path, workload: str) -> Path:
+    """Where a workload's sweep of a config writes: the config's directory for ``SINGLE_WORKLOAD``, else
+    its ``<workload>/`` (the server's own files stay in the config's directory)."""
+    return config_dir / workload if workload != SINGLE_WORKLOAD else config_dir
 
 
 def render_flags(flags: Mapping[str, ArgValue]) -> list[str]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from fairbench.campaign.findings import Findings
+from fairbench.campaign.findings import Findings, join_path
 from fairbench.campaign.model import (
     EVERY_HOST,
     ArgValue,
@@ -137,17 +137,17 @@ def warn_unused_sim_flags(findings: Findings, common: Settings, layers: Mapping[
 
 
 def warn_concurrency_above_capacity(
-    findings: Findings, workload: Workload, configs: Mapping[str, ServingConfig]
+    findings: Findings, path: str, workload: Workload, configs: Mapping[str, ServingConfig]
 ) -> None:
     """Requests in flight above max-running-requests queue in the server: the client's concurrency is not
     the server's. A closed loop's levels are its requests in flight; an open loop's are at most its
     ``max_concurrency``."""
     in_flight: tuple[int, ...]
     if workload.open_loop:
-        key = "workload.max_concurrency"
+        key = join_path(path, "max_concurrency")
         in_flight = () if workload.max_concurrency is None else (workload.max_concurrency,)
     else:
-        key, in_flight = "workload.concurrency", workload.concurrency
+        key, in_flight = join_path(path, "concurrency"), workload.concurrency
     configs_by_limit: dict[int, list[str]] = {}
     largest = max(in_flight, default=0)
     for config in configs.values():
@@ -162,21 +162,23 @@ def warn_concurrency_above_capacity(
         )
 
 
-def warn_levels_without_their_concurrency(findings: Findings, workload: Workload) -> None:
+def warn_levels_without_their_concurrency(findings: Findings, path: str, workload: Workload) -> None:
     """A closed loop's level with fewer prompts than its concurrency never has that many in flight. An open
     loop has no such level: how many are in flight follows from the rate and the server's pace, up to
     ``max_concurrency``."""
     short = [level for level in workload.concurrency if workload.prompts_at(level) < level]
     if short:
         findings.warn(
-            "workload.prompts_per_level",
+            join_path(path, "prompts_per_level"),
             f"fewer prompts than the concurrency at level {', '.join(map(str, short))}: "
             "such a level never has that many requests in flight",
         )
 
 
-def check_search(findings: Findings, workload: Workload, slo: Sequence[SloTarget]) -> None:
+def check_search(findings: Findings, path: str, workload: Workload, slo: Sequence[SloTarget]) -> None:
     """A search bisects for the highest concurrency whose point meets the SLO: without one, none does. (An
     open loop's search is refused by the workload's own checks: it has no concurrency levels.)"""
     if workload.search_resolution is not None and not workload.open_loop and not slo:
-        findings.error("workload.search_resolution", "bisects for the highest load meeting the SLO: set slo")
+        findings.error(
+            join_path(path, "search_resolution"), "bisects for the highest load meeting the SLO: set slo"
+        )

@@ -51,10 +51,18 @@ from fairbench.campaign.model import (
     TRACE_SETS,
     WORKLOAD_KEYS,
     WORKLOAD_REQUIRED,
+    WORKLOAD_TOP_KEYS,
 )
 from fairbench.campaign.sglang_flags import BOUNDED_ARGS, DEPRECATED_ARGS, REJECTED_ARGS, sglang_flags
 from fairbench.campaign.structure import ENV_NAME, FLAG_NAME
-from fairbench.campaign.workload import AUTO_REPEATS_KEYS, BOUNDS, LEAST_REQUESTS, TIMES_CONCURRENCY
+from fairbench.campaign.workload import (
+    AUTO_REPEATS_KEYS,
+    BOUNDS,
+    LEAST_REQUESTS,
+    RESERVED_WORKLOAD_NAMES,
+    TIMES_CONCURRENCY,
+    WORKLOAD_NAME,
+)
 from fairbench.measure.bounds import (
     AUTO_REPEATS,
     BURSTINESS,
@@ -137,8 +145,10 @@ def campaign_schema() -> Schema:
         "type": "object",
         "properties": _properties(TOP_KEYS, _top_level()),
         "required": list(TOP_REQUIRED),
+        "oneOf": [{"required": [key]} for key in WORKLOAD_TOP_KEYS],
         "additionalProperties": False,
         "$defs": {
+            "workload": _workload(),
             "args": _args(),
             "env": _env(),
             "sim": {
@@ -205,7 +215,18 @@ def _top_level() -> dict[str, Schema]:
             "propertyNames": {"pattern": _anchored(UNIT_NAME_PART)},
             "additionalProperties": _ref("config"),
         },
-        "workload": _workload(),
+        "workload": {**_ref("workload"), "description": "How every config is driven."},
+        "workloads": {
+            "description": "Several workloads, by name: each config is measured on each by one server "
+            "start, each with its own verdict; they share one count of repeats.",
+            "type": "object",
+            "minProperties": 1,
+            "propertyNames": {
+                "pattern": _anchored(WORKLOAD_NAME),
+                "not": {"enum": list(RESERVED_WORKLOAD_NAMES)},
+            },
+            "additionalProperties": _ref("workload"),
+        },
         "common": {
             "description": "What every config starts from.",
             "type": "object",

@@ -27,7 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TypeGuard
 
-from fairbench.campaign.checks import Fields, bound_problem, bounded, choice, mapping
+from fairbench.campaign.checks import Fields, bound_problem, bounded, choice, keyed, mapping
 from fairbench.campaign.findings import Findings, describe, join_path
 from fairbench.campaign.model import (
     DATASET_SUFFIX,
@@ -66,6 +66,7 @@ from fairbench.measure.bounds import (
     Bound,
 )
 from fairbench.measure.repeats import AUTO, DEFAULT_REPEATS, AutoRepeats, Repeats
+from fairbench.measure.status import RANKS_DIR
 from fairbench.measure.trace_replay import load_window, replay_rates
 from fairbench.measure.traces import TRACE_FORMATS, TraceRequest
 from fairbench.measure.workload import (
@@ -589,6 +590,54 @@ def check_workload(
         trace=replay[0] if replay else None,
         trace_speedup=speedups,
     )
+
+
+WORKLOAD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+"""A named workload's: the directory of its sweeps inside each config's (``model.workload_dir``)."""
+RESERVED_WORKLOAD_NAMES = (RANKS_DIR,)
+"""Directories a config's own holds already."""
+
+
+def check_workloads(findings: Findings, path: str, value: object, base_dir: Path) -> dict[str, Workload]:
+    """``workloads``: at least one named workload, each checked as ``workload`` is; they share one count
+    of ``repeats``, as every job sweeps each of them once per repeat it runs."""
+    entries = keyed(findings, path, value)
+    if isinstance(value, dict) and not value:
+        findings.error(path, "must name at least one workload")
+    workloads: dict[str, Workload] = {}
+    for name, entry in entries.items():
+        where = join_path(path, name)
+        if not WORKLOAD_NAME.fullmatch(name) or name in RESERVED_WORKLOAD_NAMES:
+            findings.error(
+                where,
+                f"{describe(name)} is not a workload name: letters, digits, '-' and '_', starting with a "
+                f"letter, at most 64, not {', '.join(RESERVED_WORKLOAD_NAMES)} (a config's directory has it)",
+            )
+        workloads[name] = check_workload(findings, where, entry, base_dir)
+    files: dict[str, tuple[str, str]] = {}
+    for name, workload in workloads.items():
+        if workload.file is not None:
+            other, other_file = files.setdefault(Path(workload.file).name, (name, workload.file))
+            if other_file != workload.file:
+                findings.error(
+                    join_path(path, name),
+                    f"reads {workload.file}, and {other} another file of its name ({other_file}): each "
+                    "host keeps one copy of a name",
+                )
+    first = next(iter(workloads.items()), None)
+    for name, workload in workloads.items():
+        if isinstance(workload.repeats, AutoRepeats):
+            findings.error(
+                join_path(join_path(path, name), "repeats"),
+                "automatic repeats judge one workload's points: with several workloads give a count",
+            )
+        elif first is not None and workload.repeats != first[1].repeats:
+            findings.error(
+                join_path(join_path(path, name), "repeats"),
+                f"{workload.repeats} differs from {first[0]}'s {first[1].repeats}: a job sweeps every "
+                "workload on its server, so they share their repeats",
+            )
+    return workloads
 
 
 def workload_from_json(data: object, source: str, files_dir: Path | None = None) -> Workload:

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from fairbench.campaign.model import DEFAULT_NODES, EVERY_HOST, SPREAD
+from fairbench.campaign.model import DEFAULT_NODES, EVERY_HOST, SPREAD, repeats_json
 from fairbench.measure.repeats import most, planned, repeats_from_json
 
 PLAY_POOL = "gpu_hosts"
@@ -124,7 +124,7 @@ def plan(
     """The run's jobs, in the order they are taken (module docstring). PlanError when a config's pool has
     fewer hosts than its server needs; one whose usable hosts (less ``excluded``) are too few still gets
     its jobs, which the queue leaves unplaced (``queue.new_state``)."""
-    repeats = planned(repeats_from_json(campaign["workload"]["repeats"]))
+    repeats = planned(repeats_from_json(repeats_json(campaign)))
     configs = list(campaign["configs"].values())
     usable = {
         name: tuple(host for host in hosts if host not in excluded) for name, hosts in pools_by_name.items()
@@ -158,7 +158,7 @@ def plan(
 def most_jobs(campaign: Mapping[str, Any], jobs: Sequence[Job], *, placement: str) -> int:
     """The most jobs the run may have: those planned, and under spread with automatic repeats the further
     repeats the queue may add to each config (up to ``max`` in all)."""
-    repeats = repeats_from_json(campaign["workload"]["repeats"])
+    repeats = repeats_from_json(repeats_json(campaign))
     extra = most(repeats) - planned(repeats) if placement == SPREAD else 0
     return len(jobs) + extra * len(campaign["configs"])
 

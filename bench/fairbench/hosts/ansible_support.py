@@ -137,9 +137,18 @@ class SweepOutcome:
         }
 
 
-def sweep(spec: SweepSpec, out: Path, *, check: bool, remeasure_failed: bool = False) -> SweepOutcome:
+def sweep(
+    spec: SweepSpec,
+    out: Path,
+    *,
+    check: bool,
+    remeasure_failed: bool = False,
+    state_path: Path | None = None,
+    label: str = "",
+) -> SweepOutcome:
     """Measure the points missing from ``out`` (a resume when some exist), and with ``remeasure_failed``
-    those with failed requests; with ``check``, only plan them.
+    those with failed requests; with ``check``, only plan them. Its progress is kept in ``state_path``
+    (default ``out``'s SWEEP_PROGRESS), each point's label after ``label``.
 
     Raises ``ResultsError`` (``out`` holds points of other settings or of another identity, or another
     sweep writes there) and ``ServerUnreachable``.
@@ -151,9 +160,10 @@ def sweep(spec: SweepSpec, out: Path, *, check: bool, remeasure_failed: bool = F
     # One sweep per directory: an interrupted campaign leaves its background sweep running, and a re-run
     # must not start a second one beside it. The lock is the sweep's own, held here from before its log.
     with results.writer(), (out / SWEEP_LOG).open("a", encoding="utf-8") as log:
+        state_path = state_path or out / SWEEP_PROGRESS
         # A previous call's state would read as this call's until its first point starts.
-        (out / SWEEP_PROGRESS).unlink(missing_ok=True)
-        runner = Sweep(spec, results, Progress(log, live=False, state_path=out / SWEEP_PROGRESS))
+        state_path.unlink(missing_ok=True)
+        runner = Sweep(spec, results, Progress(log, live=False, state_path=state_path, prefix=label))
         existing, planned = _plan(runner, remeasure_failed)
         written = asyncio.run(runner.run(resume=True, remeasure_failed=remeasure_failed))
     return replace(

@@ -6,7 +6,9 @@ Run by the ``fairbench_config_run`` module in the background (``async``), so one
 and the next finds it ended: campaign overhead between two configs is then a few round trips, not the
 dozens of tasks each stage would cost. Each stage is one of ``measure.status.STAGES``; a failure names it.
 
-Files written beside the sweep's: ``unit.service`` (the unit as started), ``server_info.json`` (its
+A job sweeps each of the campaign's workloads in turn on its one server start, each into its own directory
+(``campaign.model.workload_dir``: a campaign of one workload, the results directory itself). Files written
+beside the sweeps': ``unit.service`` (the unit as started), ``server_info.json`` (its
 /server_info), ``host.json`` (``ansible_support.host_facts``), ``journal.log`` (the unit's journal since it
 was started). ``timeline`` (epoch seconds on this host) says when the unit was started, answered healthy,
 got its first request, and wrote its last point: the campaign's overhead is measured from it
@@ -24,7 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fairbench.campaign.model import SINGLE_WORKLOAD, workload_dir
 from fairbench.hosts.ansible_support import (
+    SWEEP_PROGRESS,
     ServingError,
     SweepOutcome,
     host_facts,
@@ -67,7 +71,9 @@ class JobRun:
     unit: str
     url: str
     out: Path
-    spec: SweepSpec
+    specs: dict[str, SweepSpec]
+    """Each workload's sweep, by name, in the order they run; a campaign of one workload's is
+    ``SINGLE_WORKLOAD``."""
     clean: CleanSettings
     start_timeout_s: float
     journal_lines: int
@@ -78,6 +84,7 @@ class JobRun:
     sweep: dict[str, Any] = field(default_factory=dict)
     stopped_units: list[str] = field(default_factory=list)
     planned: list[str] = field(default_factory=list)
+    """The point ids to measure, a named workload's as ``<workload>/<point id>``."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -98,9 +105,10 @@ def run_job(job: JobRun) -> JobRun:
     # Points whose requests failed fail a resumed job before any server starts, so a crashed server is never
     # reported as done: unless the job measures them again (which supersedes them). With nothing to measure
     # (the failed points are another job's repeats) they fail it as they stand.
-    if planned.problems and not (job.remeasure_failed and job.planned):
+    problems = _named("problems", planned)
+    if problems and not (job.remeasure_failed and job.planned):
         job.stage = "sweep"
-        raise StageError("sweep", "points with failed requests: " + "; ".join(planned.problems))
+        raise StageError("sweep", "points with failed requests: " + "; ".join(problems))
     if not job.planned:
         return job  # a resumed job with every point measured: no server is started for nothing
     since: float | None = None
@@ -122,12 +130,23 @@ def run_job(job: JobRun) -> JobRun:
         _write_json(job.out / SERVER_INFO_FILE, server_info)
         _write_json(job.out / HOST_FILE, host_facts(job.unit))
         job.stage = "sweep"
-        outcome = sweep(job.spec, job.out, check=False, remeasure_failed=job.remeasure_failed)
-        job.sweep = outcome.to_json()
-        job.timeline["first_request_at"] = outcome.first_request_at
-        job.timeline["last_point_ended_at"] = outcome.last_point_ended_at
-        if outcome.problems:
-            raise StageError("sweep", "points with failed requests: " + "; ".join(outcome.problems))
+        outcomes: dict[str, SweepOutcome] = {}
+        try:
+            for name, spec in job.specs.items():
+                outcomes[name] = sweep(
+                    spec,
+                    workload_dir(job.out, name),
+                    check=False,
+                    remeasure_failed=job.remeasure_failed,
+                    # One file for the job's progress, which fairbench_sweep_status follows.
+                    state_path=job.out / SWEEP_PROGRESS,
+                    label=_prefix(name),
+                )
+        finally:
+            _record_sweeps(job, outcomes)
+        problems = _named("problems", outcomes)
+        if problems:
+            raise StageError("sweep", "points with failed requests: " + "; ".join(problems))
     except StageError:
         _stop(job, since, failing=True)
         raise
@@ -139,12 +158,60 @@ def run_job(job: JobRun) -> JobRun:
     return job
 
 
-def plan(job: JobRun) -> SweepOutcome:
-    """What the job would measure (``planned``: the points its results directory lacks) and the points
-    already there; ResultsError when those are another sweep's."""
-    outcome = sweep(job.spec, job.out, check=True, remeasure_failed=job.remeasure_failed)
-    job.planned = outcome.planned
-    return outcome
+def plan(job: JobRun) -> dict[str, SweepOutcome]:
+    """What the job would measure (``planned``: the points its workloads' directories lack) and the points
+    already there, by workload; ResultsError when those are another sweep's."""
+    outcomes = {
+        name: sweep(spec, workload_dir(job.out, name), check=True, remeasure_failed=job.remeasure_failed)
+        for name, spec in job.specs.items()
+    }
+    job.planned = _named("planned", outcomes)
+    return outcomes
+
+
+def points_diff(outcomes: Mapping[str, SweepOutcome], out: Path, *, check: bool) -> list[dict[str, str]]:
+    """``--diff`` of each workload's points.jsonl (``SweepOutcome.points_diff``)."""
+    return [
+        outcome.points_diff(str(workload_dir(out, name)), check=check) for name, outcome in outcomes.items()
+    ]
+
+
+def _prefix(workload: str) -> str:
+    """What a named workload's point ids and progress labels start with."""
+    return "" if workload == SINGLE_WORKLOAD else f"{workload}/"
+
+
+def _named(key: str, outcomes: Mapping[str, SweepOutcome]) -> list[str]:
+    """The outcomes' ``planned`` or ``problems``, each named workload's after its name."""
+    return [_prefix(name) + entry for name, outcome in outcomes.items() for entry in getattr(outcome, key)]
+
+
+def _record_sweeps(job: JobRun, outcomes: Mapping[str, SweepOutcome]) -> None:
+    """The module's ``sweep``: a campaign of one workload's as it returns it; several, merged (each point id
+    and problem after its workload's name, each level naming its ``workload``), with each one's own under
+    ``workloads``. The timeline spans them all."""
+    if list(outcomes) == [SINGLE_WORKLOAD] or not outcomes:
+        job.sweep = outcomes[SINGLE_WORKLOAD].to_json() if outcomes else {}
+    else:
+        job.sweep = {
+            "planned": _named("planned", outcomes),
+            "written": _named("written", outcomes),
+            "levels": [
+                {"workload": name, **level} for name, outcome in outcomes.items() for level in outcome.levels
+            ],
+            "problems": _named("problems", outcomes),
+            "workloads": {name: outcome.to_json() for name, outcome in outcomes.items()},
+        }
+    firsts = [
+        outcome.first_request_at for outcome in outcomes.values() if outcome.first_request_at is not None
+    ]
+    lasts = [
+        outcome.last_point_ended_at
+        for outcome in outcomes.values()
+        if outcome.last_point_ended_at is not None
+    ]
+    job.timeline["first_request_at"] = min(firsts, default=None)
+    job.timeline["last_point_ended_at"] = max(lasts, default=None)
 
 
 def _clean(job: JobRun, mode: str, *, stop_units: bool) -> CleanState:

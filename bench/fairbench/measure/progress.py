@@ -24,11 +24,18 @@ class Progress:
     """Counts finished requests of the point in flight and shows them."""
 
     def __init__(
-        self, stream: TextIO | None = None, *, live: bool | None = None, state_path: Path | None = None
+        self,
+        stream: TextIO | None = None,
+        *,
+        live: bool | None = None,
+        state_path: Path | None = None,
+        prefix: str = "",
     ) -> None:
         self.stream = stream or sys.stderr
         self.live = self.stream.isatty() if live is None else live
         self.state_path = state_path
+        self.prefix = prefix
+        """Put before each point's label: the workload's name where a job sweeps several."""
         self._finished_lines: list[str] = []
         self._state_written = 0.0
         self._label = ""
@@ -40,7 +47,7 @@ class Progress:
         self._last_shown = 0.0
 
     def start(self, label: str, total: int) -> None:
-        self._label, self._total = label, total
+        self._label, self._total = self.prefix + label, total
         self._done = self._failed = self._tokens = 0
         self._started = self._last_shown = time.monotonic()
         self._show(force=True)
