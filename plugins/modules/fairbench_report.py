@@ -40,19 +40,20 @@ from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_impo
 
 with FairbenchImport.on_control_node() as FAIRBENCH_IMPORT:
     from fairbench.measure.results import ResultsError
-    from fairbench.report.build import write_report
-    from fairbench.report.load import load_run
+    from fairbench.report.build import write_reports
+    from fairbench.report.load import load_runs
 
 
 def main() -> None:
     module = FAIRBENCH_IMPORT.ansible_module(argument_spec={"run_dir": {"type": "path", "required": True}})
     run_dir = Path(module.params["run_dir"])
     try:
-        run = load_run(run_dir)
+        runs = load_runs(run_dir)
     except ResultsError as exc:
         module.fail_json(msg=str(exc))
-    failed = [f"{result.host}/{result.name}" for result in run.results if not result.ok]
-    paths = [] if module.check_mode else [str(path) for path in write_report([run], run_dir)]
+    # A config's status is its jobs', whichever workload the run is seen as.
+    failed = [f"{result.host}/{result.name}" for result in runs[0].results if not result.ok]
+    paths = [] if module.check_mode else [str(path) for path in write_reports([runs], run_dir)]
     module.exit_json(changed=not module.check_mode, paths=paths, failed_configs=failed)
 
 

@@ -136,6 +136,18 @@ def test_campaign_json_errors_name_the_key() -> None:
         CampaignInputs.from_json({"workload": {"concurrency": [0]}, "configs": {}}, "x.json")
     with pytest.raises(NcclError, match=r"x.json: configs.tp8.env"):
         CampaignInputs.from_json({"workload": {"concurrency": [1]}, "configs": {"tp8": {}}}, "x.json")
+    with pytest.raises(NcclError, match=r"x.json: workloads.chat.concurrency"):
+        CampaignInputs.from_json({"workloads": {"chat": {"concurrency": "8"}}, "configs": {}}, "x.json")
+
+
+def test_the_decode_batches_of_several_workloads_are_those_of_each() -> None:
+    workloads = {
+        "random": {"concurrency": [1, 4, 16]},
+        "replay": {"request_rate": [2.0], "max_concurrency": 32},
+        "agentic": {"concurrency": [4, 8]},
+    }
+    inputs = CampaignInputs.from_json({"workloads": workloads, "configs": {}}, "x.json")
+    assert inputs.concurrency == (1, 4, 8, 16, 32)
 
 
 # --- hidden size -----------------------------------------------------------------------------------------

@@ -276,6 +276,28 @@ BAD_CAMPAIGNS = {
         json.dumps(replaced(CAMPAIGN, "warnings", [1])),
         "warnings: [1] is not a list of strings",
     ),
+    "without a workload": (
+        json.dumps(without(CAMPAIGN, "workload")),
+        "workload: required key is missing",
+    ),
+    "both forms": (
+        json.dumps(replaced(CAMPAIGN, "workloads", {"chat": CAMPAIGN["workload"]})),
+        "workloads: and workload both given",
+    ),
+    "a named workload without api": (
+        json.dumps(
+            replaced(
+                without(CAMPAIGN, "workload"),
+                "workloads",
+                {"chat": without(CAMPAIGN, "workload.api")["workload"]},
+            )
+        ),
+        "workloads.chat.api: required key is missing",
+    ),
+    "a named workload a list": (
+        json.dumps(replaced(without(CAMPAIGN, "workload"), "workloads", {"chat": []})),
+        "workloads.chat: [] is not an object",
+    ),
     "not JSON": ("{", "not JSON (Expecting property name"),
     "an array": ("[]", "[] is not a JSON object"),
 }

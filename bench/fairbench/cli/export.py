@@ -6,7 +6,9 @@ columns: the identity first (measure.results.IDENTITY_KEYS, as the report places
 name, the run directory's name, the host and config directories), then every other key a point holds, in
 the order first met. An object or a list (``gpu_energy_per_gpu_j``, ``supersedes``) is its JSON text; a key a
 point lacks is an empty cell (CSV) or null (Parquet). A config whose repeats ran on several hosts
-(``placement: spread``) has rows from each host directory, each row naming the host that measured it.
+(``placement: spread``) has rows from each host directory, each row naming the host that measured it. A
+campaign of several workloads has rows of each, in the campaign's order, with the column ``workload``
+after the identity's.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO
 
+from fairbench.campaign.model import SINGLE_WORKLOAD
 from fairbench.cli.usage import UsageError
 from fairbench.measure.results import IDENTITY_KEYS, ResultsError, RunIdentity
-from fairbench.report.load import Run, load_run
+from fairbench.report.load import Run, load_runs
 
 CSV_FILE = "points.csv"
 PARQUET_FILE = "points.parquet"
@@ -77,14 +80,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def table(run: Run) -> Table:
-    """Every point of ``run`` as rows, with the columns (see the module docstring)."""
+WORKLOAD_COLUMN = "workload"
+
+
+def table(runs: list[Run]) -> Table:
+    """Every point of a run's workloads' ``runs`` (``load_runs``) as rows, with the columns (see the
+    module docstring)."""
+    named = [run.workload for run in runs] != [SINGLE_WORKLOAD]
+    identity = [*IDENTITY_KEYS, *([WORKLOAD_COLUMN] if named else [])]
     rows = []
-    for result in run.results:
-        placed = RunIdentity(run.name, run.run_id, result.host, result.name).to_json()
-        rows += [{**point, **placed} for point in result.points]
-    keys = dict.fromkeys(key for row in rows for key in row if key not in IDENTITY_KEYS)
-    return [*IDENTITY_KEYS, *keys], rows
+    for run in runs:
+        for result in run.results:
+            placed = RunIdentity(run.name, run.run_id, result.host, result.name).to_json()
+            placed |= {WORKLOAD_COLUMN: run.workload} if named else {}
+            rows += [{**point, **placed} for point in result.points]
+    keys = dict.fromkeys(key for row in rows for key in row if key not in identity)
+    return [*identity, *keys], rows
 
 
 def _cell(value: object) -> object:
@@ -153,10 +164,18 @@ def run(args: argparse.Namespace) -> int:
     if args.parquet is not None:
         _pyarrow()  # before anything is written
     try:
-        loaded = load_run(args.run)
+        loaded = load_runs(args.run)
     except ResultsError as exc:
         raise UsageError(str(exc)) from None
-    notes = [problem for result in loaded.results for problem in (*result.problems, *result.notes)]
+    # A config's own files (status.json, ...) are read for each workload: each problem said once.
+    notes = list(
+        dict.fromkeys(
+            problem
+            for run in loaded
+            for result in run.results
+            for problem in (*result.problems, *result.notes)
+        )
+    )
     try:
         written = _write(table(loaded), args, notes)
     except OSError as exc:

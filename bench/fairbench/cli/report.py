@@ -2,7 +2,8 @@
 
 With one run directory (``results/<campaign>/<run_id>``) the report compares its configs and is written
 into that directory; with two runs of one campaign it compares each config of the second run with the
-same config of the first, and is written into ``<RESULTS_DIR_B>/against-<run_id of A>``.
+same config of the first, and is written into ``<RESULTS_DIR_B>/against-<run_id of A>``. A campaign of
+several workloads gets a report per workload and an index of their verdicts (``report.build.write_reports``).
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from pathlib import Path
 
 from fairbench.cli.usage import UsageError
 from fairbench.measure.results import ResultsError
-from fairbench.report.build import write_report
-from fairbench.report.load import load_run
+from fairbench.report.build import write_reports
+from fairbench.report.load import load_runs
 
 DESCRIPTION = (
     "Compare the configs of one run fairly: whether their servers differed only as the campaign says, each "
@@ -57,16 +58,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     paths = [path for path in (args.results_dir, args.results_dir_b) if path is not None]
     try:
-        runs = [load_run(path) for path in paths]
+        # Each run as its workloads' runs, one for a campaign of one workload.
+        runs = [load_runs(path) for path in paths]
     except ResultsError as exc:
         raise UsageError(str(exc)) from None
-    if len(runs) == 2 and runs[0].name != runs[1].name:
+    names = [workloads[0].name for workloads in runs]
+    if len(runs) == 2 and names[0] != names[1]:
         raise UsageError(
-            f"{paths[0]} and {paths[1]} are runs of different campaigns ({runs[0].name}, {runs[1].name})"
+            f"{paths[0]} and {paths[1]} are runs of different campaigns ({names[0]}, {names[1]})"
         )
-    out = args.out or (paths[0] if len(runs) == 1 else paths[1] / f"against-{runs[0].run_id}")
+    out = args.out or (paths[0] if len(runs) == 1 else paths[1] / f"against-{runs[0][0].run_id}")
     try:
-        written = write_report(runs, out)
+        written = write_reports(runs, out)
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
         raise UsageError(

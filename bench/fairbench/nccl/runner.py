@@ -198,15 +198,22 @@ class CampaignInputs:
         """From an expanded campaign (``Campaign.to_json``, campaign.json)."""
         if not isinstance(data, dict):
             raise NcclError(f"{source}: not an expanded campaign (a JSON object)")
-        workload, configs = data.get("workload"), data.get("configs")
-        concurrency = workload.get("concurrency") if isinstance(workload, dict) else None
-        if isinstance(workload, dict) and workload.get("request_rate"):
-            # An open loop's decode batches reach its bound on requests in flight.
-            concurrency = [workload.get("max_concurrency")]
-        if not isinstance(concurrency, list) or not all(
-            isinstance(level, int) and not isinstance(level, bool) and level > 0 for level in concurrency
-        ):
-            raise NcclError(f"{source}: workload.concurrency: must be a list of positive integers")
+        configs = data.get("configs")
+        # The one workload, or each of several by name: the decode batches of them all.
+        named = data.get("workloads")
+        workloads = named if isinstance(named, dict) else {"workload": data.get("workload")}
+        concurrency: list[object] = []
+        for key, workload in workloads.items():
+            levels = workload.get("concurrency") if isinstance(workload, dict) else None
+            if isinstance(workload, dict) and workload.get("request_rate"):
+                # An open loop's decode batches reach its bound on requests in flight.
+                levels = [workload.get("max_concurrency")]
+            if not isinstance(levels, list) or not all(
+                isinstance(level, int) and not isinstance(level, bool) and level > 0 for level in levels
+            ):
+                where = "workload" if named is None else f"workloads.{key}"
+                raise NcclError(f"{source}: {where}.concurrency: must be a list of positive integers")
+            concurrency += levels
         if not isinstance(configs, dict):
             raise NcclError(f"{source}: configs: must be a mapping of config names")
         envs: dict[str, dict[str, str]] = {}
@@ -215,7 +222,8 @@ class CampaignInputs:
             if not isinstance(env, dict):
                 raise NcclError(f"{source}: configs.{name}.env: must be a mapping")
             envs[name] = {str(key): str(value) for key, value in env.items()}
-        return cls(str(data.get("name", Path(source).stem)), tuple(concurrency), envs)
+        levels = sorted({level for level in concurrency if isinstance(level, int)})
+        return cls(str(data.get("name", Path(source).stem)), tuple(levels), envs)
 
 
 # --- statistics ------------------------------------------------------------------------------------------

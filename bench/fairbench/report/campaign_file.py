@@ -50,21 +50,23 @@ CAMPAIGN_RULES: tuple[Rule, ...] = (
     Rule("engine", "a string", is_text, True),
     Rule("model", "a string", is_text, True),
     Rule("configs", "an object", is_mapping, True),
-    Rule("workload", "an object", is_mapping, True),
-    Rule("workload.api", "a string", is_text, True),
-    Rule("workload.input_len", "a whole number", whole(0), True),
-    Rule("workload.output_len", "a whole number", whole(0), True),
-    # A closed loop's levels, or an open loop's rates: the campaign package refuses a workload with neither.
-    Rule("workload.concurrency", "a list of whole numbers of at least 1", list_of(whole(1)), False),
-    Rule("workload.request_rate", "a list of positive numbers", list_of(is_positive), False),
-    Rule(
-        "workload.repeats", "a whole number of at least 1, or {min, max, half_width_pct}", is_repeats, False
-    ),
+    Rule("workloads", "an object", is_mapping, False),
     Rule("slo", "an object", is_mapping, False),
     Rule("warnings", "a list of strings", list_of(is_text), False),
     Rule("placement", " or ".join(PLACEMENTS), is_placement, False),
     Rule("accept_host_differences", "a list of strings", list_of(is_text), False),
 )
+WORKLOAD_RULES: tuple[Rule, ...] = (
+    Rule("api", "a string", is_text, True),
+    Rule("input_len", "a whole number", whole(0), True),
+    Rule("output_len", "a whole number", whole(0), True),
+    # A closed loop's levels, or an open loop's rates: the campaign package refuses a workload with neither.
+    Rule("concurrency", "a list of whole numbers of at least 1", list_of(whole(1)), False),
+    Rule("request_rate", "a list of positive numbers", list_of(is_positive), False),
+    Rule("repeats", "a whole number of at least 1, or {min, max, half_width_pct}", is_repeats, False),
+)
+"""What each workload must hold where it holds it: campaign.json's ``workload``, or each of its
+``workloads`` (``campaign.model.workloads_to_json``)."""
 CONFIG_RULES: tuple[Rule, ...] = (
     *(Rule(section, "an object", is_mapping, False) for section in _SECTIONS),
     Rule("declared", "an object", is_mapping, False),
@@ -90,7 +92,7 @@ def load_campaign_file(run_dir: Path) -> dict[str, Any]:
         raise ResultsError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise ResultsError(f"{path}: {exc}") from None
-    errors = rule_errors(campaign, CAMPAIGN_RULES)
+    errors = rule_errors(campaign, CAMPAIGN_RULES) + _workload_errors(campaign)
     configs = campaign.get("configs")
     for name, entry in configs.items() if isinstance(configs, dict) else ():
         prefix = f"configs.{name}"
@@ -102,6 +104,29 @@ def load_campaign_file(run_dir: Path) -> dict[str, Any]:
     if errors:
         raise ResultsError(f"{path}: {'; '.join(errors)}")
     return campaign
+
+
+def _workload_errors(campaign: dict[str, Any]) -> list[str]:
+    """``workload`` or ``workloads`` (exactly one), each workload by ``WORKLOAD_RULES``."""
+    if ("workload" in campaign) == ("workloads" in campaign):
+        both = "workload" in campaign
+        return ["workloads: and workload both given" if both else "workload: required key is missing"]
+    named = campaign.get("workloads")
+    if named is None:
+        named, prefix = {"": campaign["workload"]}, "workload"
+    elif not isinstance(named, dict):
+        return []  # CAMPAIGN_RULES says so
+    else:
+        prefix = "workloads."
+    errors = []
+    for name, workload in named.items():
+        where = prefix + name
+        errors += (
+            rule_errors(workload, WORKLOAD_RULES, where + ".")
+            if isinstance(workload, dict)
+            else [f"{where}: {shown(workload)} is not an object"]
+        )
+    return errors
 
 
 def load_earlier_campaigns(run_dir: Path) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fairbench.campaign.model import SINGLE_WORKLOAD, workload_dir
 from fairbench.fleet.timeline import Timeline
 from fairbench.measure.journal import excerpt
 from fairbench.measure.json_rules import (
@@ -88,9 +89,9 @@ class _Files(FileReader):
             self._unusable(UNIT_FILE, f"cannot read its Environment= lines: {exc}")
             return None
 
-    def points(self, placed: Mapping[str, str]) -> list[dict[str, Any]]:
-        """Every usable point of points.jsonl (``report.points.read_points``)."""
-        points, problems, notes = read_points(self.path / POINTS_FILE, self.read(POINTS_FILE), placed)
+    def points(self, name: str, placed: Mapping[str, str]) -> list[dict[str, Any]]:
+        """Every usable point of the points.jsonl at ``name`` (``report.points.read_points``)."""
+        points, problems, notes = read_points(self.path / name, self.read(name), placed)
         self.problems += problems
         self.notes += notes
         return points
@@ -201,19 +202,23 @@ def _rank_files(path: Path, problems: list[str]) -> tuple[RankFiles, ...]:
     return tuple(found)
 
 
-def load_config(host: str, name: str, path: Path, *, campaign: str | None = None) -> ConfigResult:
-    """One config directory; ``campaign``: the run's campaign name, which its point lines must name too.
-    The host is not checked against theirs: a sweep run by hand names the machine it ran on."""
+def load_config(
+    host: str, name: str, path: Path, *, campaign: str | None = None, workload: str = SINGLE_WORKLOAD
+) -> ConfigResult:
+    """One config directory, with the points and sweep.json of its ``workload`` (``workload_dir``);
+    ``campaign``: the run's campaign name, which its point lines must name too. The host is not checked
+    against theirs: a sweep run by hand names the machine it ran on."""
     files = _Files(path)
     found = files.json_object(STATUS_FILE, STATUS_RULES)
     status = _status(found, files)
     placed = {"config": name} | ({"campaign": campaign} if campaign is not None else {})
-    points = files.points(placed)
+    swept = workload_dir(Path(), workload)
+    points = files.points(str(swept / POINTS_FILE), placed)
     journal = _journal_excerpt(status, path / JOURNAL_FILE) if status.get("status") != OK else []
     server_info = files.json_object(SERVER_INFO_FILE)
     host_info = files.json_object(HOST_FILE)
     environment = files.environment()
-    sweep_settings = files.json_object(SWEEP_FILE, SWEEP_RULES)
+    sweep_settings = files.json_object(str(swept / SWEEP_FILE), SWEEP_RULES)
     jobs = _jobs(files, found, host=host, name=name, points=points, journal=journal)
     ranks = _rank_files(path, files.problems)
     return ConfigResult(
@@ -221,6 +226,7 @@ def load_config(host: str, name: str, path: Path, *, campaign: str | None = None
         name=name,
         path=path,
         status=status,
+        workload=workload,
         points=points,
         server_info=server_info,
         host_info=host_info,

@@ -773,7 +773,7 @@ def run_blocks(
     label = labeller([run])
     spread = run.placement == SPREAD
     hardware = not spread and len({config.host for config in run.configs}) > 1
-    blocks: list[Block] = [Heading(1, f"{run.name}: run {run.run_id}"), _campaign_line(run)]
+    blocks: list[Block] = [Heading(1, run.title), _campaign_line(run)]
     found = verdict(run, headlines)
     marks = FlagMarks(headlines)
     # Per host, the host is said once for all its configs.
@@ -915,7 +915,7 @@ def comparison_blocks(
         mine = [*run_a.results, *run_a.configs]
         return in_run(run_a if any(result is other for other in mine) else run_b)(result)
 
-    blocks: list[Block] = [Heading(1, f"{run_b.name}: run {run_b.run_id} against run {run_a.run_id}")]
+    blocks: list[Block] = [Heading(1, f"{run_b.title} against run {run_a.run_id}")]
     blocks += (
         [_campaign_line(run_a), _campaign_line(run_b)]
         if run_a.campaign != run_b.campaign

@@ -1,6 +1,7 @@
 """Blocks as one self-contained HTML page: the style inline, every plot embedded as a base64 PNG.
 
-Inline text may hold Markdown's ``code`` and **bold** spans and links within the page (``[text](#anchor)``),
+Inline text may hold Markdown's ``code`` and **bold** spans, links within the page (``[text](#anchor)``)
+and to a report beside it (``[text](report.chat.md#anchor)``, its .html here),
 the only markup the report writes.
 """
 
@@ -44,13 +45,21 @@ figure img { max-width: 100%; height: auto; border: 1px solid #ddd; }
 
 _CODE = re.compile(r"`([^`]+)`")
 _BOLD = re.compile(r"\*\*(.+?)\*\*")
-_LINK = re.compile(r"\[([^\]]+)\]\(#([A-Za-z0-9_-]+)\)")
+_LINK = re.compile(r"\[([^\]]+)\]\((?:([A-Za-z0-9_.-]+)\.md)?(#[A-Za-z0-9_-]+)?\)")
+
+
+def _link(found: re.Match[str]) -> str:
+    """A link within the page, or to another report beside it: its .md in Markdown is its .html here."""
+    text, stem, anchor = found.groups()
+    if stem is None and anchor is None:
+        return found.group(0)
+    return f'<a href="{f"{stem}.html" if stem else ""}{anchor or ""}">{text}</a>'
 
 
 def inline(text: str) -> str:
     escaped = html.escape(text, quote=False)
     spans = _BOLD.sub(r"<strong>\1</strong>", _CODE.sub(r"<code>\1</code>", escaped))
-    return _LINK.sub(r'<a href="#\2">\1</a>', spans)
+    return _LINK.sub(_link, spans)
 
 
 def _image(path: Path) -> str:

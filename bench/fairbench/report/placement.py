@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from fairbench.campaign.model import DEFAULT_NODES, EVERY_HOST, SPREAD
-from fairbench.measure.results_format import POINTS_FILE
 from fairbench.report.fleet_file import Fleet
 from fairbench.report.tree import ConfigResult, ConfigRun
 
@@ -52,12 +51,12 @@ def merged(name: str, parts: Sequence[ConfigResult], nodes: int = DEFAULT_NODES)
         again = [point["point_id"] for point in part.points if point["point_id"] in first_in]
         if again:
             problems.append(
-                f"{part.path / POINTS_FILE}: {len(again)} point(s) of {name} also in "
+                f"{part.points_path}: {len(again)} point(s) of {name} also in "
                 f"{first_in[again[0]]} ({', '.join(again[:3])}{', ...' if len(again) > 3 else ''}); "
                 "counted there only"
             )
         for point in part.points:
             if point["point_id"] not in first_in:
-                first_in[point["point_id"]] = part.path / POINTS_FILE
+                first_in[point["point_id"]] = part.points_path
                 points.append(point)
     return ConfigRun(name, tuple(ordered), points, tuple(problems), nodes)

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fairbench.campaign.model import DEFAULT_NODES
+from fairbench.campaign.model import DEFAULT_NODES, SINGLE_WORKLOAD, workload_dir
 from fairbench.fleet.timeline import Timeline
-from fairbench.measure.results_format import OK
+from fairbench.measure.results_format import OK, POINTS_FILE
 
 NO_HOST = "(no host)"
 MISSING = "missing"
@@ -95,6 +95,12 @@ class ConfigResult:
     point here on this host, without a timeline; none without a usable status.json."""
     ranks: tuple[RankFiles, ...] = ()
     """The files of a multi-node server's ranks >= 1, by ``ranks/<host>/``."""
+    workload: str = SINGLE_WORKLOAD
+    """The workload whose points these are (``campaign.model.workload_dir``)."""
+
+    @property
+    def points_path(self) -> Path:
+        return workload_dir(self.path, self.workload) / POINTS_FILE
 
     @property
     def ok(self) -> bool:
