@@ -22,7 +22,14 @@ from statistics import mean, stdev
 import pytest
 import yaml
 from tests.support.report_files import MARKS, unmarked
-from tests.support.results_tree import REPO, Deviation, build_run, campaign_from, fairbench_report
+from tests.support.results_tree import (
+    REPO,
+    Deviation,
+    build_run,
+    campaign_from,
+    fairbench_report,
+    one_workload,
+)
 
 from fairbench.campaign.load import parse_campaign
 from fairbench.measure.stats import compare
@@ -301,7 +308,7 @@ RATES = (10, 40)
 def open_loop(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """tp8 and ep4 at each of ``RATES`` (Poisson arrivals, at most 8 in flight), two repeats, against an
     objective every level meets."""
-    data = yaml.safe_load(DEMO.read_text(encoding="utf-8"))
+    data = one_workload(yaml.safe_load(DEMO.read_text(encoding="utf-8")))
     data["configs"] = {name: data["configs"][name] for name in ("tp8", "ep4")}
     # An open loop has no concurrency list (campaign_from merges a workload, so cannot drop it).
     del data["workload"]["concurrency"]

@@ -39,7 +39,6 @@ from tests.support.sim_process import (
 )
 
 from fairbench.campaign.load import load_campaign
-from fairbench.campaign.model import SINGLE_WORKLOAD
 from fairbench.sim.predict import predict_point
 
 TEST_MODEL = "sim/test-model"
@@ -196,7 +195,7 @@ K26_LOAD_S = {"tp8": 8.0, "ep4": 11.0, "ep8": 14.0, "ep8-eplb": 8.0}
 @pytest.mark.timing  # the client must send each wave as fast as the simulated server prefills it
 def test_the_k26_profile_reproduces_the_published_campaign_through_a_sweep(tmp_path: Path) -> None:
     campaign = load_campaign(CAMPAIGN)
-    workload = campaign.workloads[SINGLE_WORKLOAD]
+    workload = campaign.workloads["random"]  # the measured campaign's
     peak = max(workload.concurrency)
     points = [(name, 1) for name, (at_c1, _) in PUBLISHED.items() if at_c1 is not None]
     points += [(name, peak) for name in PUBLISHED]

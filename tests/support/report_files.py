@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.support.results_tree import REPO
+from tests.support.results_tree import REPO, one_workload
 
 from fairbench.campaign.load import load_campaign
 from fairbench.measure.point_flags import CLIENT_ON, REUSE_ON, RUNNING_ON, TOKENS_ON
@@ -19,7 +19,7 @@ from fairbench.report.build import headlines, report_blocks
 from fairbench.report.load import Run
 from fairbench.report.markdown import render_markdown
 
-CAMPAIGN = load_campaign(REPO / "campaigns" / "demo.yml").to_json()
+CAMPAIGN = one_workload(load_campaign(REPO / "campaigns" / "demo.yml").to_json())
 SETTINGS_FILES = {"server_info.json": "{}", "host.json": "{}", "unit.service": ""}
 
 

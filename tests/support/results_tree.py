@@ -42,14 +42,14 @@ import yaml
 
 from fairbench.campaign.fleet_facts import REASONS
 from fairbench.campaign.load import parse_campaign
-from fairbench.campaign.model import SINGLE_WORKLOAD, Campaign, ServingConfig
+from fairbench.campaign.model import Campaign, ServingConfig
 from fairbench.fleet.equivalence import check_pools
 from fairbench.fleet.plan import PLAY_POOL, Job, plan
 from fairbench.fleet.queue import FLEET_FILE, RUNNING, QueueState, new_state, predict
 from fairbench.hosts import ansible_support
-from fairbench.hosts.ansible_support import host_facts
+from fairbench.hosts.ansible_support import SweepOutcome, host_facts
+from fairbench.hosts.config_run import job_sweep, sweep_times, sweep_workloads
 from fairbench.measure.client import ServerUnreachable
-from fairbench.measure.repeats import AutoRepeats
 from fairbench.measure.results import CAMPAIGN_FILE, ResultsError, RunIdentity
 from fairbench.measure.results_format import STATUS_FILE
 from fairbench.measure.status import RANKS_DIR, Failure, JobRan, record_status
@@ -73,6 +73,15 @@ class Deviation:
     """A ``--sim-fault`` spec: the server fails during the sweep."""
 
 
+def one_workload(document: dict[str, Any]) -> dict[str, Any]:
+    """A campaign document of several workloads with its first alone as its ``workload`` (the demo's
+    random ids: the tests of one workload start from it); one of a single workload as it is."""
+    named = document.pop("workloads", None)
+    if named is not None:
+        document["workload"] = next(iter(named.values()))
+    return document
+
+
 def campaign_from(
     path: Path,
     *,
@@ -85,7 +94,7 @@ def campaign_from(
     """The campaign file at ``path``, keeping ``configs`` (parents included), with workload and common
     simulator flags overridden: the same configs, measured briefly. ``fleet``: top-level keys to set
     (``placement``, ``accept_host_differences``); ``nodes``: configs whose server spans that many hosts."""
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data = one_workload(yaml.safe_load(path.read_text(encoding="utf-8")))
     data["configs"] = {name: data["configs"][name] for name in configs}
     data["workload"] |= dict(workload)
     data["common"]["sim"] = data["common"].get("sim", {}) | dict(sim)
@@ -129,36 +138,6 @@ def _unit(campaign: Campaign, config: ServingConfig, env: Mapping[str, str], exe
     )
 
 
-def _sweep_args(campaign: Campaign) -> list[str]:
-    """``fairbench sweep``'s options for the campaign's workload and objectives."""
-    workload = campaign.workloads[SINGLE_WORKLOAD]
-    repeats = workload.repeats
-    if isinstance(repeats, AutoRepeats):
-        shown = f"auto:{repeats.minimum}:{repeats.maximum}:{repeats.half_width_pct}"
-    else:
-        shown = str(repeats)
-    if workload.open_loop:
-        load = [
-            *("--request-rate", ",".join(map(str, workload.request_rate))),
-            *("--max-concurrency", str(workload.max_concurrency), "--arrival", workload.arrival),
-            *("--burstiness", str(workload.burstiness)),
-        ]
-    else:
-        load = ["--concurrency", ",".join(map(str, workload.concurrency))]
-    return [
-        *("--api", workload.api, "--dataset", workload.dataset),
-        *("--input-len", str(workload.input_len), "--output-len", str(workload.output_len)),
-        *load,
-        *("--prompts-per-level", str(workload.prompts_per_level.to_json())),
-        *("--warmup", str(workload.warmup.to_json())),
-        *("--repeats", shown, "--seed", str(workload.seed)),
-        *(("--vocab-size", str(workload.vocab_size)) if workload.vocab_size else ()),
-        *(f"--slo={target.key}={target.limit_ms}" for target in campaign.slo),
-        *(("--search-resolution", str(workload.search_resolution)) if workload.search_resolution else ()),
-        *("--progress", "lines"),
-    ]
-
-
 def run_config(
     campaign: Campaign, config: ServingConfig, host: str, config_dir: Path, deviation: Deviation
 ) -> None:
@@ -195,20 +174,9 @@ def run_config(
             info = json.loads(body) if code == 200 else {}
             (config_dir / "server_info.json").write_text(json.dumps(info, indent=2) + "\n")
             (config_dir / "host.json").write_text(json.dumps(host_facts(), indent=2) + "\n")
-            sweep = subprocess.run(
-                [*FAIRBENCH, "sweep", "--url", url, "--out", str(config_dir), *_sweep_args(campaign)],
-                cwd=REPO,
-                capture_output=True,
-                text=True,
-                timeout=120,
-                check=False,
-            )
-            if sweep.returncode != 0:
-                last_line = (sweep.stderr.strip().splitlines() or ["failed"])[-1]
-                failure = {
-                    "stage": "sweep",
-                    "reason": f"fairbench sweep exited {sweep.returncode}: {last_line}",
-                }
+            identity = RunIdentity(campaign.name, config_dir.parent.parent.name, host, config.name)
+            # Every repeat, automatic ones added by the sweep itself, as one server's sweep measures them.
+            failure, _, _ = _sweep(campaign, url, config_dir, identity, repeats=None, extend_repeats=True)
     finally:
         server.terminate()
         server.wait(timeout=10)
@@ -334,26 +302,42 @@ def _servers(
 def _sweep_job(
     campaign: Campaign, job: Job, *, host: str, url: str, config_dir: Path
 ) -> tuple[dict[str, str], dict[str, float | None], list[dict[str, Any]]]:
-    """The job's repeats swept into ``config_dir`` as the fairbench_sweep module sweeps them: the failure
-    (none, or its stage and reason), when the sweep's first request went out and its last point ended, and
-    the directory's points as the module returns them (``levels``)."""
+    """The job's repeats of each workload swept into ``config_dir`` as the fairbench_config_run module
+    sweeps them (``_sweep``)."""
     identity = RunIdentity(campaign.name, config_dir.parent.parent.name, host, job.config)
-    spec = ansible_support.sweep_spec(
-        campaign.workloads[SINGLE_WORKLOAD],
-        url,
-        identity=identity,
-        repeats=list(job.repeats),
-        extend_repeats=job.extends_repeats,
-        slo=campaign.slo,
+    return _sweep(
+        campaign, url, config_dir, identity, repeats=list(job.repeats), extend_repeats=job.extends_repeats
     )
+
+
+def _sweep(
+    campaign: Campaign,
+    url: str,
+    config_dir: Path,
+    identity: RunIdentity,
+    *,
+    repeats: list[int] | None,
+    extend_repeats: bool,
+) -> tuple[dict[str, str], dict[str, float | None], list[dict[str, Any]]]:
+    """``repeats`` (None: every one) of each workload swept into ``config_dir`` as fairbench_config_run
+    sweeps them (``config_run.sweep_workloads``): the failure (none, or its stage and reason), when the
+    first request went out and the last point ended, and the points as the module returns them
+    (``levels``)."""
+    specs = {
+        name: ansible_support.sweep_spec(
+            workload, url, identity=identity, repeats=repeats, extend_repeats=extend_repeats, slo=campaign.slo
+        )
+        for name, workload in campaign.workloads.items()
+    }
+    outcomes: dict[str, SweepOutcome] = {}
     try:
-        outcome = ansible_support.sweep(spec, config_dir, check=False)
+        sweep_workloads(specs, config_dir, outcomes, remeasure_failed=False)
     except (ResultsError, ServerUnreachable) as exc:
-        return {"stage": "sweep", "reason": f"fairbench sweep failed: {exc}"}, {}, []
-    times = {"first_request_at": outcome.first_request_at, "last_point_ended_at": outcome.last_point_ended_at}
-    if outcome.problems:
-        return {"stage": "sweep", "reason": outcome.problems[0]}, times, outcome.levels
-    return {}, times, outcome.levels
+        return {"stage": "sweep", "reason": f"fairbench sweep failed: {exc}"}, sweep_times(outcomes), []
+    swept = job_sweep(outcomes)
+    if swept["problems"]:
+        return {"stage": "sweep", "reason": swept["problems"][0]}, sweep_times(outcomes), swept["levels"]
+    return {}, sweep_times(outcomes), swept["levels"]
 
 
 def run_job(
@@ -457,7 +441,7 @@ def build_fleet_run(
         excluded={},
         equivalence=equivalence.to_json(),
         sticky={},
-        repeats=campaign.workloads[SINGLE_WORKLOAD].repeats,
+        repeats=next(iter(campaign.workloads.values())).repeats,
     )
     # Unless the test places a job, it runs where the queue would put it if every job took as long.
     predicted = {job["id"]: job["hosts"] for led in predict(queue, hosts).values() for job in led}

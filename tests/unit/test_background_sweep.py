@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from fairbench.campaign.load import load_campaign
-from fairbench.campaign.model import SINGLE_WORKLOAD
 from fairbench.hosts.ansible_support import SWEEP_LOG, SWEEP_PROGRESS, background_sweep, sweep, sweep_spec
 from fairbench.measure.results import ResultsDir, ResultsError
 
@@ -55,9 +54,7 @@ def test_unknown_job_fails_naming_it(tmp_path: Path) -> None:
 def test_a_second_sweep_into_a_directory_being_written_is_refused(tmp_path: Path) -> None:
     # As a campaign re-run would meet the background sweep an interrupted run left going: the lock is the
     # results directory's own, the one fairbench sweep takes too.
-    spec = sweep_spec(
-        load_campaign(REPO / "campaigns/demo.yml").workloads[SINGLE_WORKLOAD], "http://127.0.0.1:9"
-    )
+    spec = sweep_spec(load_campaign(REPO / "campaigns/demo.yml").workloads["random"], "http://127.0.0.1:9")
     refused = pytest.raises(ResultsError, match=f"^{tmp_path}: another sweep is still writing here$")
     with ResultsDir(tmp_path).writer(), refused:
         sweep(spec, tmp_path, check=False)

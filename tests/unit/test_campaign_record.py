@@ -82,7 +82,7 @@ def test_each_changed_key_is_named_by_its_path_with_both_values(tmp_path: Path) 
         'configs.ep8-eplb.sglang_argv[4:5]: ["--enable-eplb"] -> []',
         "configs.ep8-eplb.args.enable-eplb: true -> false",
         "configs.ep8-eplb.declared.args.enable-eplb: true -> false",
-        "workload.concurrency: [1, 16, 64, 256] -> [1, 16, 64, 128, 256]",
+        "workloads.random.concurrency: [1, 16, 64, 256] -> [1, 16, 64, 128, 256]",
         "slo.ttft_p99_ms: (absent) -> 500.0",
     ]
 
@@ -175,7 +175,8 @@ def test_an_allowed_change_keeps_each_campaign_before_it_numbered(tmp_path: Path
     assert json.loads((run_dir / CAMPAIGN_FILE).read_text()) == first
     done = record(run_dir, second, allow_changed=True, allowed_by=FLAG)
     assert (
-        shown(done.differences) == ["workload.seed: 1 -> 2"] and done.kept_as == run_dir / "campaign.1.json"
+        shown(done.differences) == ["workloads.random.seed: 1 -> 2"]
+        and done.kept_as == run_dir / "campaign.1.json"
     )
     record(run_dir, third, allow_changed=True, allowed_by=FLAG)
     assert earlier(run_dir) == [run_dir / "campaign.1.json", run_dir / "campaign.2.json"]

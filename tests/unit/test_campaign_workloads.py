@@ -44,6 +44,14 @@ def test_each_named_workload_is_checked_and_kept_in_the_files_order() -> None:
     assert not list(VALIDATOR.iter_errors(several()))
 
 
+def test_several_workloads_may_share_automatic_repeats() -> None:
+    auto = {"min": 2, "max": 4}
+    campaign = parse(
+        several(random={**VALID["workload"], "repeats": auto}, agentic={**AGENTIC, "repeats": auto})
+    )
+    assert repeats_json(campaign.to_json()) == {"min": 2, "max": 4, "half_width_pct": 2.0}
+
+
 def test_campaign_json_keeps_workload_for_one_and_workloads_for_several() -> None:
     one = parse(VALID).to_json()
     assert "workload" in one and "workloads" not in one
@@ -98,12 +106,12 @@ def test_an_error_inside_a_named_workload_names_its_path() -> None:
             "server, so they share their repeats",
         ),
         (
-            several(agentic={**AGENTIC, "repeats": "auto"}),
-            "workloads.agentic.repeats: automatic repeats judge one workload's points: with several "
-            "workloads give a count",
+            several(agentic={**AGENTIC, "repeats": {"min": 2, "max": 4}}),
+            'workloads.agentic.repeats: {"min": 2, "max": 4, "half_width_pct": 2.0} differs from '
+            "random's 1: a job sweeps every workload on its server, so they share their repeats",
         ),
     ],
-    ids=["both", "neither", "empty", "reserved-name", "bad-name", "repeats-differ", "auto-repeats"],
+    ids=["both", "neither", "empty", "reserved-name", "bad-name", "repeats-differ", "auto-against-count"],
 )
 def test_each_rule_of_several_workloads_has_its_exact_message(document: dict[str, Any], message: str) -> None:
     assert message in errors_of(document)

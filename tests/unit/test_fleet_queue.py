@@ -293,6 +293,27 @@ def test_automatic_repeats_under_spread_add_jobs_while_a_level_is_wide_up_to_the
     assert most_jobs(data, plan(data, {PLAY_POOL: ["a", "b"]}, placement="spread"), placement="spread") == 8
 
 
+def test_automatic_repeats_judge_each_workloads_levels_apart() -> None:
+    # A job of several workloads reports each level with its workload: at C=2 the random workload is
+    # steady and the agentic one wide, which earns the config its next repeat (mixed, C=2 would look
+    # steady only by averaging the two apart).
+    auto = {"min": 2, "max": 3, "half_width_pct": 2.0}
+    state = state_of(campaign({"name": "tp8"}, repeats=auto), ["a"])
+    agentic = iter([100.0, 130.0, 115.0])
+    for _ in range(3):
+        claim = state.claim("a", 0.0)
+        assert claim.answer == RUN and claim.job is not None
+        repeat = claim.job["repeats"][0]
+        points = [
+            {"workload": "random", **_points(repeat, {2: 500.0})[0]},
+            {"workload": "agentic", **_points(repeat, {2: next(agentic)})[0]},
+        ]
+        state.finish(claim.job["id"], "a", ok=True, reason=None, now=0.0, points=points)
+    assert state.claim("a", 0.0).answer == DONE
+    assert state.job("tp8#r2")["throughputs"] == {"random/c2": 500.0, "agentic/c2": 115.0}
+    assert state.data["judged"]["tp8"]["count"] == 3
+
+
 def test_a_host_waits_while_a_running_job_may_still_add_a_repeat_and_predict_plans_the_minimum() -> None:
     data = campaign({"name": "only"}, repeats={"min": 2, "max": 3, "half_width_pct": 1.0})
     state = state_of(data, ["a", "b", "c"])

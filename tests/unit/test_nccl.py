@@ -274,7 +274,7 @@ def test_report_section_compares_each_variant_with_default_at_both_scales(tmp_pa
         item["graph_us"] = [value * factor for value in item["graph_us"]]
     write_result(assemble(spec, {"default": base, "tp8-nccl": slow}, {}), run_dir / "gpu1")
 
-    markdown = Path(write_report([load_run(run_dir)], run_dir)[0]).read_text()
+    markdown = Path(write_report([load_run(run_dir, "random")], run_dir)[0]).read_text()
     section = markdown[markdown.index("## NCCL all-reduce on gpu1") :]
     assert BOTH_SCALES in section
     assert "[!WARNING]" in section
@@ -289,7 +289,7 @@ def test_report_section_compares_each_variant_with_default_at_both_scales(tmp_pa
     largest = spec.sizes[-1].bytes
     busbw = largest / ((3 + largest * 0.001) * 1e-6) / 1e9
     assert "| 64 MiB | prefill (cap) |" in section and f"{busbw:,.1f}" in section
-    html = (run_dir / "report.html").read_text()
+    html = (run_dir / "report.random.html").read_text()
     assert "NCCL all-reduce on gpu1" in html and "<code>NCCL_PROTO=LL</code>" in html
 
 
@@ -297,7 +297,7 @@ def test_report_without_nccl_json_has_no_section(tmp_path: Path) -> None:
     run_dir = tmp_path / "run1"
     run_dir.mkdir()
     (run_dir / "campaign.json").write_text(json.dumps(load_campaign(KIMI).to_json()))
-    markdown = Path(write_report([load_run(run_dir)], run_dir)[0]).read_text()
+    markdown = Path(write_report([load_run(run_dir, "random")], run_dir)[0]).read_text()
     assert "NCCL all-reduce" not in markdown
 
 
@@ -320,7 +320,7 @@ def test_report_section_from_a_real_recording_on_2x_h200(tmp_path: Path) -> None
     (run_dir / "campaign.json").write_text(json.dumps(load_campaign(KIMI).to_json()))
     (run_dir / "gpu1" / "nccl.json").write_text(recorded.read_text())
 
-    markdown = Path(write_report([load_run(run_dir)], run_dir)[0]).read_text()
+    markdown = Path(write_report([load_run(run_dir, "random")], run_dir)[0]).read_text()
     section = markdown[markdown.index("## NCCL all-reduce on gpu1") :]
     assert f"{data['gpus']}x {data['device']}" in section and f"NCCL {data['nccl']}" in section
     rows = {line.split("|")[1].strip(): line for line in section.splitlines() if line.startswith("| **")}

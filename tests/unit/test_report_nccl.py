@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.results_tree import REPO
+from tests.support.results_tree import REPO, one_workload
 
 from fairbench.campaign.load import load_campaign
 from fairbench.measure.results_format import point_id
@@ -19,7 +19,7 @@ from fairbench.report.build import headlines, report_blocks
 from fairbench.report.load import Run, load_run
 from fairbench.report.markdown import render_markdown
 
-CAMPAIGN = load_campaign(REPO / "campaigns" / "demo.yml").to_json()
+CAMPAIGN = one_workload(load_campaign(REPO / "campaigns" / "demo.yml").to_json())
 RECORDING = json.loads((REPO / "tests/fixtures/nccl/h200x2-nvlink.json").read_text())
 """Variants default, tp8-nccl and p2p-off, 14 sizes each: 9 decode (14 KiB to 3.5 MiB), 5 prefill."""
 SECTION = "## NCCL all-reduce on lab1"

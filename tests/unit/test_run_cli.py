@@ -390,7 +390,7 @@ def test_a_resume_with_a_changed_campaign_is_refused_before_ansible_playbook_sta
     run_dir = project / "results" / "demo" / "r1"
     run_dir.mkdir(parents=True)
     recorded = load_campaign(CAMPAIGN).to_json()
-    recorded["workload"]["seed"] = 7
+    recorded["workloads"]["random"]["seed"] = 7
     (run_dir / "campaign.json").write_text(json.dumps(recorded))
     code, _, err = outcome(project, capsys, "--run-id", "r1")
     assert code == 2
@@ -399,7 +399,7 @@ def test_a_resume_with_a_changed_campaign_is_refused_before_ansible_playbook_sta
         f"fairbench run: error: {run_dir}: a resume of this run with another campaign: 1 key(s) of the "
         "expanded campaign differ from the run's campaign.json (recorded -> now):"
     )
-    assert difference == "  workload.seed: 7 -> 1"
+    assert difference == "  workloads.random.seed: 7 -> 1"
     assert "resume with it on purpose: --allow-changed-campaign (" in advice
     # Only the run's directory was asked for: nothing played, no log begun, campaign.json as it was.
     assert [call for call in runner.calls if "playbook" in call] == []

@@ -21,6 +21,7 @@ shared-prefix dataset's, or a multi-turn one's with a system prompt.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import replace
@@ -65,7 +66,7 @@ from fairbench.measure.bounds import (
     VOCABULARY,
     Bound,
 )
-from fairbench.measure.repeats import AUTO, DEFAULT_REPEATS, AutoRepeats, Repeats
+from fairbench.measure.repeats import AUTO, DEFAULT_REPEATS, AutoRepeats, Repeats, repeats_to_json
 from fairbench.measure.status import RANKS_DIR
 from fairbench.measure.trace_replay import load_window, replay_rates
 from fairbench.measure.traces import TRACE_FORMATS, TraceRequest
@@ -599,8 +600,9 @@ RESERVED_WORKLOAD_NAMES = (RANKS_DIR,)
 
 
 def check_workloads(findings: Findings, path: str, value: object, base_dir: Path) -> dict[str, Workload]:
-    """``workloads``: at least one named workload, each checked as ``workload`` is; they share one count
-    of ``repeats``, as every job sweeps each of them once per repeat it runs."""
+    """``workloads``: at least one named workload, each checked as ``workload`` is; they share their
+    ``repeats``, as every job sweeps each of them once per repeat it runs (automatic repeats add one while
+    any level of any of them is still wide)."""
     entries = keyed(findings, path, value)
     if isinstance(value, dict) and not value:
         findings.error(path, "must name at least one workload")
@@ -626,16 +628,12 @@ def check_workloads(findings: Findings, path: str, value: object, base_dir: Path
                 )
     first = next(iter(workloads.items()), None)
     for name, workload in workloads.items():
-        if isinstance(workload.repeats, AutoRepeats):
+        if first is not None and workload.repeats != first[1].repeats:
             findings.error(
                 join_path(join_path(path, name), "repeats"),
-                "automatic repeats judge one workload's points: with several workloads give a count",
-            )
-        elif first is not None and workload.repeats != first[1].repeats:
-            findings.error(
-                join_path(join_path(path, name), "repeats"),
-                f"{workload.repeats} differs from {first[0]}'s {first[1].repeats}: a job sweeps every "
-                "workload on its server, so they share their repeats",
+                f"{json.dumps(repeats_to_json(workload.repeats))} differs from {first[0]}'s "
+                f"{json.dumps(repeats_to_json(first[1].repeats))}: a job sweeps every workload on its "
+                "server, so they share their repeats",
             )
     return workloads
 

@@ -165,13 +165,20 @@ class QueueState:
         job["reason"] = reason
         job["finished_at"] = now
         job["throughputs"] = {
-            level_tag(load_of(point), open_loop=is_open_loop(point)): float(point[JUDGED_METRIC])
+            self._judged_level(point): float(point[JUDGED_METRIC])
             for point in points
             if point.get("repeat") in job["repeats"]
             and point.get("level_source", LISTED) == LISTED
             and isinstance(point.get(JUDGED_METRIC), int | float)
         }
         self._judge(job["config"])
+
+    @staticmethod
+    def _judged_level(point: Mapping[str, Any]) -> str:
+        """A level as automatic repeats judge it: a named workload's (``workload``, as a job of several
+        reports its points) apart from another's at the same load."""
+        tag = level_tag(load_of(point), open_loop=is_open_loop(point))
+        return f"{point['workload']}/{tag}" if point.get("workload") else tag
 
     def _policy(self) -> AutoRepeats | None:
         policy = repeats_from_json(self.data.get("repeats", 1))
@@ -324,18 +331,22 @@ def sticky_hosts(run_dir: Path, jobs: Sequence[Job]) -> dict[str, list[str]]:
             found[job.id] = previous[job.id]
             continue
         for host in job.hosts:
-            if _has_points(run_dir / host / job.config / POINTS_FILE, job.repeats):
+            if _has_points(run_dir / host / job.config, job.repeats):
                 found[job.id] = [host]
                 break
     return found
 
 
-def _has_points(points: Path, repeats: Sequence[int]) -> bool:
+def _has_points(config_dir: Path, repeats: Sequence[int]) -> bool:
+    """Whether the points of the config's workload (or of any of its named workloads, one directory
+    down: ``campaign.model.workload_dir``) hold one of ``repeats``."""
     suffixes = tuple(f"-r{repeat}" for repeat in repeats)
-    try:
-        lines = points.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return False
+    lines: list[str] = []
+    for points in (config_dir / POINTS_FILE, *sorted(config_dir.glob(f"*/{POINTS_FILE}"))):
+        try:
+            lines += points.read_text(encoding="utf-8").splitlines()
+        except OSError:
+            continue
     for line in lines:
         try:
             if str(json.loads(line).get("point_id", "")).endswith(suffixes):

@@ -132,18 +132,10 @@ def run_job(job: JobRun) -> JobRun:
         job.stage = "sweep"
         outcomes: dict[str, SweepOutcome] = {}
         try:
-            for name, spec in job.specs.items():
-                outcomes[name] = sweep(
-                    spec,
-                    workload_dir(job.out, name),
-                    check=False,
-                    remeasure_failed=job.remeasure_failed,
-                    # One file for the job's progress, which fairbench_sweep_status follows.
-                    state_path=job.out / SWEEP_PROGRESS,
-                    label=_prefix(name),
-                )
+            sweep_workloads(job.specs, job.out, outcomes, remeasure_failed=job.remeasure_failed)
         finally:
-            _record_sweeps(job, outcomes)
+            job.sweep = job_sweep(outcomes)
+            job.timeline |= sweep_times(outcomes)
         problems = _named("problems", outcomes)
         if problems:
             raise StageError("sweep", "points with failed requests: " + "; ".join(problems))
@@ -186,22 +178,48 @@ def _named(key: str, outcomes: Mapping[str, SweepOutcome]) -> list[str]:
     return [_prefix(name) + entry for name, outcome in outcomes.items() for entry in getattr(outcome, key)]
 
 
-def _record_sweeps(job: JobRun, outcomes: Mapping[str, SweepOutcome]) -> None:
+def sweep_workloads(
+    specs: Mapping[str, SweepSpec],
+    out: Path,
+    outcomes: dict[str, SweepOutcome],
+    *,
+    remeasure_failed: bool,
+) -> None:
+    """Sweep each workload in turn into its directory of ``out``, each outcome into ``outcomes`` as it
+    ends (what was measured before a failure is kept there)."""
+    for name, spec in specs.items():
+        outcomes[name] = sweep(
+            spec,
+            workload_dir(out, name),
+            check=False,
+            remeasure_failed=remeasure_failed,
+            # One file for the job's progress, which fairbench_sweep_status follows.
+            state_path=out / SWEEP_PROGRESS,
+            label=_prefix(name),
+        )
+
+
+def job_sweep(outcomes: Mapping[str, SweepOutcome]) -> dict[str, Any]:
     """The module's ``sweep``: a campaign of one workload's as it returns it; several, merged (each point id
     and problem after its workload's name, each level naming its ``workload``), with each one's own under
-    ``workloads``. The timeline spans them all."""
-    if list(outcomes) == [SINGLE_WORKLOAD] or not outcomes:
-        job.sweep = outcomes[SINGLE_WORKLOAD].to_json() if outcomes else {}
-    else:
-        job.sweep = {
-            "planned": _named("planned", outcomes),
-            "written": _named("written", outcomes),
-            "levels": [
-                {"workload": name, **level} for name, outcome in outcomes.items() for level in outcome.levels
-            ],
-            "problems": _named("problems", outcomes),
-            "workloads": {name: outcome.to_json() for name, outcome in outcomes.items()},
-        }
+    ``workloads``."""
+    if not outcomes:
+        return {}
+    if list(outcomes) == [SINGLE_WORKLOAD]:
+        return outcomes[SINGLE_WORKLOAD].to_json()
+    return {
+        "planned": _named("planned", outcomes),
+        "written": _named("written", outcomes),
+        "levels": [
+            {"workload": name, **level} for name, outcome in outcomes.items() for level in outcome.levels
+        ],
+        "problems": _named("problems", outcomes),
+        "workloads": {name: outcome.to_json() for name, outcome in outcomes.items()},
+    }
+
+
+def sweep_times(outcomes: Mapping[str, SweepOutcome]) -> dict[str, float | None]:
+    """The timeline's ``first_request_at`` and ``last_point_ended_at``, over every workload's sweep."""
     firsts = [
         outcome.first_request_at for outcome in outcomes.values() if outcome.first_request_at is not None
     ]
@@ -210,8 +228,7 @@ def _record_sweeps(job: JobRun, outcomes: Mapping[str, SweepOutcome]) -> None:
         for outcome in outcomes.values()
         if outcome.last_point_ended_at is not None
     ]
-    job.timeline["first_request_at"] = min(firsts, default=None)
-    job.timeline["last_point_ended_at"] = max(lasts, default=None)
+    return {"first_request_at": min(firsts, default=None), "last_point_ended_at": max(lasts, default=None)}
 
 
 def _clean(job: JobRun, mode: str, *, stop_units: bool) -> CleanState:

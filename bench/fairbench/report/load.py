@@ -105,6 +105,7 @@ def _is_config_dir(path: Path) -> bool:
 def load_runs(path: Path) -> list[Run]:
     """``results/<campaign>/<run_id>`` read once per workload of its campaign, in the campaign's order
     (``load_run``)."""
+    _listing(path)  # not a directory: said before campaign.json is looked for
     return [load_run(path, workload) for workload in workloads_json(load_campaign_file(path))]
 
 
