@@ -44,6 +44,14 @@ def keyed(findings: Findings, path: str, value: object) -> dict[str, object]:
     return result
 
 
+def named_entries(findings: Findings, path: str, value: object, noun: str) -> dict[str, object]:
+    """A mapping of at least one entry by name (``keyed``): ``configs``, ``workloads``."""
+    entries = keyed(findings, path, value)
+    if isinstance(value, dict) and not value:
+        findings.error(path, f"must name at least one {noun}")
+    return entries
+
+
 class Fields:
     """The known keys of one mapping, each read through a check."""
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from fairbench.campaign.checks import Fields, bounded, choice, mapping, unit_name_part, unit_string
 from fairbench.campaign.expand import expand
-from fairbench.campaign.findings import Findings, join_path
+from fairbench.campaign.findings import Findings
 from fairbench.campaign.fleet import host_fact_names
 from fairbench.campaign.model import (
     DEFAULT_PLACEMENT,
@@ -36,6 +36,7 @@ from fairbench.campaign.model import (
     Campaign,
     Settings,
     Workload,
+    workload_path,
 )
 from fairbench.campaign.objectives import check_slo
 from fairbench.campaign.rules import (
@@ -106,7 +107,7 @@ def _campaign(findings: Findings, document: object, base_dir: Path) -> Campaign:
     if engine == "sglang":
         warn_unused_sim_flags(findings, common, layers)
     for workload_name, workload in workloads.items():
-        path = "workload" if workload_name == SINGLE_WORKLOAD else join_path("workloads", workload_name)
+        path = workload_path(workload_name)
         warn_concurrency_above_capacity(findings, path, workload, configs)
         warn_levels_without_their_concurrency(findings, path, workload)
         check_search(findings, path, workload, slo)

@@ -10,9 +10,10 @@ A campaign file is one YAML mapping. It says what to compare (``configs``) and h
 - ``configs``: at least one, by name (a unit name part, as ``name``); each holds any of ``extends`` (the
   name of the config it inherits from), ``args``, ``env``, ``sim``, ``unset``, and the fleet keys ``nodes``
   and ``hosts``; required.
-- ``workload``: how every config is driven (below); or ``workloads``: several, by name (a unit name part,
-  not ``ranks``), each config measured on each by one server start, each with its own verdict; exactly one
-  of the two is required. Several workloads share their ``repeats``, a count.
+- ``workload``: how every config is driven (below); or ``workloads``: several, by name (letters, digits,
+  ``-`` and ``_``, not ``ranks``: ``workload.WORKLOAD_NAME``), each config measured on each by one server
+  start, each with its own verdict; exactly one of the two is required. Several workloads share their
+  ``repeats``.
 - ``slo``: service-level objectives, ``<metric>_p<q>_ms: limit`` (``fairbench.measure.slo``); each point is
   judged against them and its goodput counted. Optional; empty or absent, there are none.
 - ``start_timeout_s``: how long a server may take to become healthy (optional; absent, the serving role's
@@ -449,6 +450,12 @@ def workloads_json(campaign: Mapping[str, Any]) -> dict[str, Any]:
 def repeats_json(campaign: Mapping[str, Any]) -> Any:
     """campaign.json's ``repeats``: its workloads share them (``check_workloads``)."""
     return next(iter(workloads_json(campaign).values()))["repeats"]
+
+
+def workload_path(workload: str) -> str:
+    """A workload's key path in a campaign file and in campaign.json: ``workload`` for ``SINGLE_WORKLOAD``,
+    else ``workloads.<name>``."""
+    return "workload" if workload == SINGLE_WORKLOAD else f"workloads.{workload}"
 
 
 def workload_dir(config_dir: Path, workload: str) -> Path:

@@ -218,7 +218,7 @@ def _top_level() -> dict[str, Schema]:
         "workload": {**_ref("workload"), "description": "How every config is driven."},
         "workloads": {
             "description": "Several workloads, by name: each config is measured on each by one server "
-            "start, each with its own verdict; they share one count of repeats.",
+            "start, each with its own verdict; they share their repeats.",
             "type": "object",
             "minProperties": 1,
             "propertyNames": {

@@ -20,6 +20,7 @@ from fairbench.campaign.checks import (
     is_scalar,
     keyed,
     mapping,
+    named_entries,
     unit_name_part,
 )
 from fairbench.campaign.findings import Findings, describe, join_path
@@ -163,9 +164,7 @@ def _layer(findings: Findings, path: str, value: object) -> Layer:
 
 
 def config_layers(findings: Findings, path: str, value: object) -> dict[str, Layer]:
-    entries = keyed(findings, path, value)
-    if isinstance(value, dict) and not value:
-        findings.error(path, "must name at least one config")
+    entries = named_entries(findings, path, value, "config")
     layers: dict[str, Layer] = {}
     for name, entry in entries.items():
         config_path = join_path(path, name)

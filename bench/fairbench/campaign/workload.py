@@ -28,7 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TypeGuard
 
-from fairbench.campaign.checks import Fields, bound_problem, bounded, choice, keyed, mapping
+from fairbench.campaign.checks import Fields, bound_problem, bounded, choice, mapping, named_entries
 from fairbench.campaign.findings import Findings, describe, join_path
 from fairbench.campaign.model import (
     DATASET_SUFFIX,
@@ -603,9 +603,7 @@ def check_workloads(findings: Findings, path: str, value: object, base_dir: Path
     """``workloads``: at least one named workload, each checked as ``workload`` is; they share their
     ``repeats``, as every job sweeps each of them once per repeat it runs (automatic repeats add one while
     any level of any of them is still wide)."""
-    entries = keyed(findings, path, value)
-    if isinstance(value, dict) and not value:
-        findings.error(path, "must name at least one workload")
+    entries = named_entries(findings, path, value, "workload")
     workloads: dict[str, Workload] = {}
     for name, entry in entries.items():
         where = join_path(path, name)

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from fairbench.campaign.model import PLACEMENTS
+from fairbench.campaign.model import PLACEMENTS, workload_path, workloads_json
 from fairbench.fleet.campaign_record import earlier
 from fairbench.measure.json_rules import (
     FileReader,
@@ -111,16 +111,11 @@ def _workload_errors(campaign: dict[str, Any]) -> list[str]:
     if ("workload" in campaign) == ("workloads" in campaign):
         both = "workload" in campaign
         return ["workloads: and workload both given" if both else "workload: required key is missing"]
-    named = campaign.get("workloads")
-    if named is None:
-        named, prefix = {"": campaign["workload"]}, "workload"
-    elif not isinstance(named, dict):
+    if not isinstance(campaign.get("workloads", {}), dict):
         return []  # CAMPAIGN_RULES says so
-    else:
-        prefix = "workloads."
     errors = []
-    for name, workload in named.items():
-        where = prefix + name
+    for name, workload in workloads_json(campaign).items():
+        where = workload_path(name)
         errors += (
             rule_errors(workload, WORKLOAD_RULES, where + ".")
             if isinstance(workload, dict)
