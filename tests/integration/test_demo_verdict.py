@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tests.support.report_files import section, table
 from tests.support.results_tree import REPO, build_run, fairbench_report
 
 from fairbench.campaign.load import parse_campaign
@@ -42,8 +43,8 @@ def test_the_demo_verdict_names_tp8_ep4_and_eplb_in_the_order_its_profile_implie
         "## Workload agentic",
     ]
     for workload in ("random", "agentic"):
-        section = index.split(f"## Workload {workload}")[1].split("## Workload ")[0]
-        assert _orders(section) == _orders((run_dir / f"report.{workload}.md").read_text()), workload
+        part = index.split(f"## Workload {workload}")[1].split("## Workload ")[0]
+        assert _orders(part) == _orders((run_dir / f"report.{workload}.md").read_text()), workload
     random = index.split("## Workload agentic")[0]
     lowest, peak, under_slo = (_orders(random)[regime] for regime in REGIMES)
     assert set(lowest[:2]) == {"tp8", "tp8-nccl"}, lowest  # the same layout: which leads is noise
@@ -57,6 +58,13 @@ def test_the_demo_verdict_names_tp8_ep4_and_eplb_in_the_order_its_profile_implie
     agentic = _orders(index.split("## Workload agentic")[1])
     assert set(agentic["Lowest load"][:2]) == {"tp8", "tp8-nccl"}, agentic
     assert all(order[-1] == "ep8-eplb" for order in agentic.values()), agentic
+    # Its conversations find their primed system prompt and then their earlier turns in the cache: each
+    # level's cached tokens grow turn by turn, as its inputs do.
+    by_turn = section((run_dir / "report.agentic.md").read_text(), "## By turn")
+    for config in ("tp8", "ep4", "ep8-eplb"):
+        for row in table(section(by_turn, f"### {config}")).values():
+            cached = [float(cell.replace(",", "")) for cell in row["cached tokens, by turn"].split(" / ")]
+            assert len(cached) == 3 and 4000 <= cached[0] < cached[1] < cached[2], (config, row)
 
 
 REGIMES = ("Lowest load", "Peak throughput", "Highest load under the SLO")

@@ -994,7 +994,8 @@ def test_validate_prints_each_config_and_exits_zero(
         "  tp8-nccl  NCCL_DEBUG=WARN NCCL_MIN_NCHANNELS=8 NCCL_PROTO=LL --model-path moonshotai/Kimi-K2.6 "
         "--max-running-requests 256 --mem-fraction-static 0.88 --tp-size 8 --trust-remote-code"
     )
-    assert lines[5].startswith(f"warning: {path}: workload.concurrency: 512 above max-running-requests 256")
+    assert lines[5].startswith("  workload: `completions`, ")
+    assert lines[6].startswith(f"warning: {path}: workload.concurrency: 512 above max-running-requests 256")
 
 
 def test_validate_reports_errors_on_stderr_and_exits_one(

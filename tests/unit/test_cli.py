@@ -129,7 +129,8 @@ def test_validate_shows_the_placement_and_each_config_spread_over_hosts_or_pinne
     assert lines[2] == "  tp16       --model-path m --tp-size 16  # nodes: 2 (8 GPUs per host)"
     assert lines[3] == "  tp8-b200   --model-path m --tp-size 8  # hosts: b200"
     assert lines[4] == "  tp16-b200  --model-path m --tp-size 16  # nodes: 2 (8 GPUs per host), hosts: b200"
-    assert len(lines) == 5
+    assert lines[5] == "  workload: `completions`, 8 tokens in, 8 out, concurrency 1, 1 repeat(s)"
+    assert len(lines) == 6
 
 
 def test_validate_notes_where_a_server_runs_as_a_comment_the_shell_ignores(
@@ -137,9 +138,31 @@ def test_validate_notes_where_a_server_runs_as_a_comment_the_shell_ignores(
 ) -> None:
     lines = validated(tmp_path, FLEET_CAMPAIGN, capsys)
     campaign = load_campaign(tmp_path / "fleet.yml")
-    for line in lines[1:]:
+    for line in lines[1:5]:
         name, *argv = shlex.split(line, comments=True)
         assert argv == list(campaign.configs[name].argv)
+
+
+def test_validate_shows_each_workload_of_a_campaign_as_the_report_says_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workload = FLEET_CAMPAIGN["workload"]
+    agentic = {
+        **{key: value for key, value in workload.items() if key != "input_len"},
+        "dataset": "multi-turn",
+        "api": "generate",
+        "multi_turn": {"turns": 3, "system_prompt_len": 400, "user_len": 16},
+        "cache_state": "primed",
+        "prompts_per_level": "3x",
+    }
+    document = {key: value for key, value in FLEET_CAMPAIGN.items() if key != "workload"}
+    lines = validated(tmp_path, {**document, "workloads": {"random": workload, "agentic": agentic}}, capsys)
+    assert lines[5:] == [
+        "  workload random: `completions`, 8 tokens in, 8 out, concurrency 1, 1 repeat(s)",
+        "  workload agentic: `generate`, conversations of 3 turns (16-token user turns, a 400-token "
+        "system prompt shared by all), each turn sending the server's earlier replies back, first turn 416 "
+        "tokens in, 8 out, concurrency 1, 1 repeat(s), each point's prefix cache primed",
+    ]
 
 
 def test_validate_shows_a_campaign_that_runs_every_config_on_every_host(
@@ -148,7 +171,7 @@ def test_validate_shows_a_campaign_that_runs_every_config_on_every_host(
     single_host = {name: config for name, config in FLEET_CAMPAIGN["configs"].items() if "16" not in name}
     lines = validated(tmp_path, {**FLEET_CAMPAIGN, "placement": "every-host", "configs": single_host}, capsys)
     assert lines[0].endswith(": campaign fleet, engine sim, 2 configs, placement every-host")
-    assert lines[1:] == [
+    assert lines[1:3] == [
         "  tp8       --model-path m --tp-size 8",
         "  tp8-b200  --model-path m --tp-size 8  # hosts: b200",
     ]

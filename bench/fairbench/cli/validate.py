@@ -8,14 +8,15 @@ import sys
 
 from fairbench.campaign.findings import CampaignError
 from fairbench.campaign.load import load_campaign
-from fairbench.campaign.model import DEFAULT_NODES, Campaign, ServingConfig
+from fairbench.campaign.model import DEFAULT_NODES, SINGLE_WORKLOAD, Campaign, ServingConfig
 from fairbench.campaign.sglang_parser import SGLangParserError, check_campaign
+from fairbench.report.workload_text import workload_text
 
 DESCRIPTION = (
     "Check campaign files before anything is deployed: every key, its type and range, the rules across keys, "
     "and every SGLang flag against SGLang's own flag table. For each file it prints the campaign's placement "
-    "and each config's environment and launch flags, as its server will be started, or the file's errors, "
-    "each naming its key. The exit status is 1 when any file has an error."
+    "and each config's environment and launch flags, as its server will be started, and each workload, or "
+    "the file's errors, each naming its key. The exit status is 1 when any file has an error."
 )
 EPILOG = """\
 examples:
@@ -71,7 +72,8 @@ def sglang_parser_ok(venv: str, campaign: Campaign) -> bool:
 
 def summary_lines(campaign: Campaign) -> list[str]:
     """A header (with the placement), one line per config (its environment and argv, as a shell would run
-    them, then where its server runs when that is not one host of the campaign's pool), the warnings."""
+    them, then where its server runs when that is not one host of the campaign's pool), one per workload
+    (as the report's campaign line says it), the warnings."""
     lines = [
         f"{campaign.source}: campaign {campaign.name}, engine {campaign.engine}, "
         f"{len(campaign.configs)} configs, placement {campaign.placement}"
@@ -82,6 +84,9 @@ def summary_lines(campaign: Campaign) -> list[str]:
         command = shlex.join([*environment, *config.argv])
         placed = placement_note(config)
         lines.append(f"  {config.name:<{width}}  {command}" + (f"  # {placed}" if placed else ""))
+    for name, workload in campaign.workloads.items():
+        title = "workload" if name == SINGLE_WORKLOAD else f"workload {name}"
+        lines.append(f"  {title}: {workload_text(workload.to_json())}")
     lines.extend(f"warning: {warning}" for warning in campaign.warnings)
     return lines
 

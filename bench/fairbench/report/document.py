@@ -12,15 +12,14 @@ configs of that host only, and with itself on the other hosts in the Hardware se
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from fairbench.campaign.model import SPREAD
 from fairbench.fleet.campaign_record import differences, listed
-from fairbench.measure.repeats import AutoRepeats, repeats_from_json
+from fairbench.measure.repeats import AutoRepeats
 from fairbench.measure.results import CAMPAIGN_FILE
-from fairbench.measure.workload import DEFAULT_ARRIVAL, DEFAULT_BURSTINESS, GAMMA, TRACE
 from fairbench.report.blocks import Alert, Block, BulletList, Figure, Heading, Paragraph, Preformatted, Table
 from fairbench.report.checks import checks_blocks
 from fairbench.report.differences import (
@@ -59,8 +58,6 @@ from fairbench.report.load import Run
 from fairbench.report.plots import pareto_flagged
 from fairbench.report.summary import (
     BEHIND,
-    CLOSED_LOOP,
-    OPEN_LOOP,
     SLO_MET,
     Headline,
     Level,
@@ -70,6 +67,7 @@ from fairbench.report.summary import (
     pairwise,
 )
 from fairbench.report.tree import ConfigResult, ConfigRun, Job
+from fairbench.report.turns import turn_blocks
 from fairbench.report.verdict import (
     UNDER_SLO,
     campaign_slo,
@@ -79,6 +77,7 @@ from fairbench.report.verdict import (
     verdict,
     verdict_blocks,
 )
+from fairbench.report.workload_text import repeats_setting, workload_text
 
 MISSING_FIGURE = (
     "`-`: not measured: the points lack the figure, or it is a latency (or the per-user speed) of a level "
@@ -224,17 +223,9 @@ INTERVALS = (
 )
 
 
-def _repeats(setting: object) -> int | AutoRepeats | None:
-    """campaign.json's ``workload.repeats`` (``measure.repeats``); None when it is neither form."""
-    try:
-        return repeats_from_json(setting)
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
 def _confidence_alert(setting: object, headlines: Sequence[Headline]) -> Alert:
     """What the intervals and tests rest on: the repeats, fixed or automatic (then what each level got)."""
-    repeats = _repeats(setting)
+    repeats = repeats_setting(setting)
     if isinstance(repeats, AutoRepeats):
         counts = [len(level.points) for line in headlines for level in line.levels]
         spread = (
@@ -304,34 +295,6 @@ def _first_screen(
     return blocks
 
 
-def _repeats_text(setting: object) -> str:
-    repeats = _repeats(setting)
-    if isinstance(repeats, AutoRepeats):
-        return (
-            f"automatic repeats ({repeats.minimum} to {repeats.maximum}, until ±{repeats.half_width_pct:g} %)"
-        )
-    return f"{setting} repeat(s)"
-
-
-def _load_text(workload: dict[str, Any]) -> str:
-    """``concurrency 1, 8, 64`` (closed loop), ``request rate 1, 2 req/s (poisson, at most 64 in
-    flight)`` (open loop; gamma arrivals with their burstiness), or ``replayed at 0.5, 1, 2 times its own
-    rate (at most 512 in flight)`` (a trace, whose rates the points hold)."""
-    if workload.get("trace_speedup"):
-        speedups = ", ".join(f"{speedup:g}" for speedup in workload["trace_speedup"])
-        bound = workload.get("max_concurrency")
-        return f"replayed at {speedups} times its own rate (at most {bound} in flight)"
-    listed = workload.get("request_rate") or workload.get("concurrency") or []
-    loop = OPEN_LOOP if workload.get("request_rate") else CLOSED_LOOP
-    levels = ", ".join(map(loop.value, listed))
-    if not loop.open:
-        return f"{loop.noun} {levels}"
-    arrival = str(workload.get("arrival", DEFAULT_ARRIVAL))
-    if arrival == GAMMA:
-        arrival += f", burstiness {workload.get('burstiness', DEFAULT_BURSTINESS):g}"
-    return f"{loop.noun} {levels} req/s ({arrival}, at most {workload.get('max_concurrency')} in flight)"
-
-
 def _campaign_line(run: Run) -> Paragraph:
     workload = run.campaign["workload"]
     targets, _ = campaign_slo(run.campaign)
@@ -344,66 +307,9 @@ def _campaign_line(run: Run) -> Paragraph:
         else ""
     )
     return Paragraph(
-        f"Engine `{run.campaign['engine']}`, model `{run.campaign['model']}`. Workload: `{workload['api']}`, "
-        f"{_prompts_text(workload)}{_lengths_text(workload)}"
-        f"{_load_text(workload)}, {_repeats_text(workload.get('repeats', 1))}"
-        f"{_cache_text(workload)}.{slo}{search}"
+        f"Engine `{run.campaign['engine']}`, model `{run.campaign['model']}`. Workload: "
+        f"{workload_text(workload)}.{slo}{search}"
     )
-
-
-def _lengths_text(workload: Mapping[str, Any]) -> str:
-    """The exact lengths of a generated workload; nothing for a trace, whose requests have their own."""
-    if workload.get("dataset") == TRACE:
-        return ""
-    return f"{workload.get('input_len')} tokens in, {workload.get('output_len')} out, "
-
-
-def _prompts_text(workload: Mapping[str, Any]) -> str:
-    """A shared-prefix workload's groups, as campaign.json's ``shared_prefix`` holds them, a multi-turn
-    one's conversations, or a replayed trace's file and window; else nothing."""
-    trace = workload.get("trace")
-    if isinstance(trace, Mapping):
-        window = [f"from {trace.get('start_s', 0):g} s"]
-        if trace.get("duration_s") is not None:
-            window.append(f"for {trace['duration_s']:g} s")
-        if trace.get("count") is not None:
-            window.append(f"at most {trace['count']} requests")
-        name = Path(str(trace.get("path"))).name
-        return f"the trace `{name}` ({', '.join(window)}) with its own lengths, "
-    turns = workload.get("multi_turn")
-    if isinstance(turns, Mapping):
-        system = turns.get("system_prompt_len") or 0
-        users = (
-            f"user turns from `{Path(str(turns['sharegpt'])).name}`"
-            if turns.get("sharegpt")
-            else f"{turns.get('user_len')}-token user turns"
-        )
-        think = turns.get("think_time_s") or 0
-        return (
-            f"conversations of {turns.get('turns')} turns ({users}"
-            + (_system_prompts_text(system, turns.get("system_prompts")) if system else "")
-            + (f", {think:g} s between a reply and the next turn" if think else "")
-            + "), each turn sending the server's earlier replies back, first turn "
-        )
-    shared = workload.get("shared_prefix")
-    if not isinstance(shared, Mapping):
-        return ""
-    return (
-        f"{shared.get('groups')} groups of {shared.get('prompts_per_group')} requests sharing a "
-        f"{shared.get('system_prompt_len')}-token system prompt ({shared.get('order')}), "
-    )
-
-
-def _system_prompts_text(tokens: int, count: object) -> str:
-    if count == 1:
-        return f", a {tokens}-token system prompt shared by all"
-    return f", one of {count} {tokens}-token system prompts"
-
-
-def _cache_text(workload: Mapping[str, Any]) -> str:
-    """The points' starting cache, where campaign.json names it (a carried cache it does not)."""
-    state = workload.get("cache_state")
-    return f", each point's prefix cache {state}" if isinstance(state, str) else ""
 
 
 # --- tables ----------------------------------------------------------------------------------------------
@@ -805,6 +711,7 @@ def run_blocks(
     blocks += difference_blocks(pairs, label, 3)
     blocks += [Heading(3, "Not compared, and why"), ignored_fields_table()]
     blocks += _level_blocks(headlines, label, run.fleet, marks)
+    blocks += turn_blocks(headlines, label)
     blocks += checks_blocks(headlines, label, marks, CHECKS_TITLE)
     blocks += overhead_blocks(run)
     failures = failure_blocks(run.configs, label)
