@@ -4,6 +4,7 @@ the trace's hash ids share (the simulator's radix cache, the responses and /metr
 
 from __future__ import annotations
 
+import json
 import statistics
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 from tests.support import sweep_process
 from tests.support.sim_process import REPO, running_sim
 
-from fairbench.measure.trace_replay import load_window, own_rate
+from fairbench.measure.trace_replay import load_window, own_rate, window_sha256
 from fairbench.measure.trace_samples import write_sample
 from fairbench.measure.traces import reusable_tokens
 from fairbench.measure.workload import TraceWindow
@@ -40,7 +41,19 @@ def test_a_replay_sends_each_request_at_its_scaled_time_with_the_traces_sharing(
             cwd=REPO,
             timeout=180,
         )
-    assert done.returncode == 0, done.stderr
+        assert done.returncode == 0, done.stderr
+        # The trace rewritten (other requests in the window): its points cannot be resumed as this replay's.
+        write_sample(trace, REQUESTS, RATE, seed=6)
+        again = sweep_process.run_sweep(
+            sim.url,
+            out,
+            *("--trace", str(trace), "--trace-count", "32", "--trace-speedup", "1,3", "--resume"),
+            *("--api", "generate", "--warmup", "0", "--flush-cache"),
+            cwd=REPO,
+            timeout=60,
+        )
+    assert again.returncode != 0 and "cannot resume with another trace" in again.stderr, again.stderr
+    assert json.loads((out / "sweep.json").read_text())["trace_sha256"] == window_sha256(window)
     points = sweep_process.points(out)
     assert [point["trace_speedup"] for point in points] == pytest.approx([1.0, 3.0])
     for point, speedup in zip(points, (1, 3), strict=True):

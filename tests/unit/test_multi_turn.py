@@ -35,7 +35,7 @@ from fairbench.measure.workload import (
     WorkloadSpec,
     designed_cached_tokens,
 )
-from fairbench.report.document import _lengths_text, _prompts_text
+from fairbench.report.workload_text import _lengths_text, _prompts_text
 
 VOCABULARY = Vocabulary(size=32_000, excluded=(0, 1, 2), source="test")
 TURNS = MultiTurn(turns=3, user_len=10, system_prompt_len=20, system_prompts=2)

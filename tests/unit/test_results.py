@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fairbench.measure.records import RequestRecord
-from fairbench.measure.results import LOCK_FILE, ResultsDir, ResultsError
+from fairbench.measure.results import LOCK_FILE, TRACE_SHA256, ResultsDir, ResultsError
 from fairbench.measure.results_format import point_id
 
 SETTINGS = {"api": "completions", "concurrency": [1, 2]}
@@ -179,6 +179,23 @@ def test_a_sweep_json_from_before_the_model_was_recorded_resumes_and_records_it(
     (tmp_path / "sweep.json").write_text(json.dumps(SETTINGS))
     ResultsDir(tmp_path).prepare({**SETTINGS, "model": "org/a"}, resume=True)
     assert json.loads((tmp_path / "sweep.json").read_text())["model"] == "org/a"
+
+
+def test_resume_of_a_replay_whose_trace_changed_is_refused_and_one_recorded_before_the_digest_resumes(
+    tmp_path: Path,
+) -> None:
+    ResultsDir(tmp_path).prepare({**SETTINGS, TRACE_SHA256: "a" * 64}, resume=False)
+    ResultsDir(tmp_path).prepare({**SETTINGS, TRACE_SHA256: "a" * 64}, resume=True)
+    with pytest.raises(ResultsError) as refused:
+        ResultsDir(tmp_path).prepare({**SETTINGS, TRACE_SHA256: "b" * 64}, resume=True)
+    assert str(refused.value) == (
+        f"{tmp_path / 'sweep.json'}: cannot resume with another trace: the requests of the window "
+        "replayed there (sha256 aaaaaaaaaaaa...) differ from this sweep's (bbbbbbbbbbbb...): the trace file "
+        "changed since"
+    )
+    (tmp_path / "sweep.json").write_text(json.dumps(SETTINGS))
+    ResultsDir(tmp_path).prepare({**SETTINGS, TRACE_SHA256: "b" * 64}, resume=True)
+    assert json.loads((tmp_path / "sweep.json").read_text())[TRACE_SHA256] == "b" * 64
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ from fairbench.measure.workload import (
     WorkloadSpec,
     designed_cached_tokens,
 )
-from fairbench.report.document import _cache_text, _prompts_text
+from fairbench.report.workload_text import _cache_text, _prompts_text
 
 VOCABULARY = Vocabulary(size=32_000, excluded=(0, 1, 2), source="test")
 

@@ -18,7 +18,7 @@ from fairbench.measure.trace_replay import TraceReplay, load_window, own_rate, r
 from fairbench.measure.traces import MOONCAKE_BLOCK_TOKENS, TraceError, TraceRequest, reusable_tokens
 from fairbench.measure.vocabulary import explicit
 from fairbench.measure.workload import FLUSHED, PRIMED, TRACE, TraceWindow, WorkloadError, WorkloadSpec
-from fairbench.report.document import _lengths_text, _load_text, _prompts_text
+from fairbench.report.workload_text import _lengths_text, _load_text, _prompts_text
 
 BLOCK = MOONCAKE_BLOCK_TOKENS
 # Arrivals in ms; requests 1 and 2 open with request 0's two blocks, request 3 with its first only.
@@ -66,6 +66,18 @@ def test_a_window_is_its_requests_from_start_for_duration_at_most_count_timed_fr
     # The window's own rate: n - 1 gaps over its span, as achieved_rate counts sends.
     assert own_rate(chosen) == pytest.approx(1.0)
     assert replay_rates(requests, [0.5, 2]) == pytest.approx([0.5, 2.0])
+
+
+def test_a_windows_digest_changes_with_its_requests_and_not_with_the_rest_of_the_trace(
+    tmp_path: Path,
+) -> None:
+    digest = replay(write_trace(tmp_path), count=3).sha256
+    assert replay(write_trace(tmp_path), count=3).sha256 == digest
+    # A request after the window changed: the same window.
+    assert replay(write_trace(tmp_path, [*ROWS[:4], (4000, 60, 2, [])]), count=3).sha256 == digest
+    # One hash id, one length or one arrival within it changed: another.
+    for row in [(1500, BLOCK + 7, 4, [1, 5]), (1500, BLOCK + 8, 4, [1, 2]), (1400, BLOCK + 7, 4, [1, 2])]:
+        assert replay(write_trace(tmp_path, [*ROWS[:2], row, *ROWS[3:]]), count=3).sha256 != digest
 
 
 @pytest.mark.parametrize(

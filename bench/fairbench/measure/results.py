@@ -122,6 +122,10 @@ def _point(path: Path, number: int, line: bytes) -> dict[str, Any]:
     return point
 
 
+TRACE_SHA256 = "trace_sha256"
+"""sweep.json's key for a replay's window of requests (``trace_replay.window_sha256``)."""
+
+
 def _check_resumable(sweep_path: Path, settings: dict[str, Any]) -> None:
     """Refuse to resume a directory whose sweep.json is unreadable or holds other settings."""
     try:
@@ -140,10 +144,17 @@ def _check_resumable(sweep_path: Path, settings: dict[str, Any]) -> None:
             f"{sweep_path}: cannot resume against another model: the points there are of "
             f"{previous['model']!r}, this sweep's is {settings.get('model')!r}"
         )
+    # Likewise a replay's window recorded before its digest was: resumed unchecked.
+    if TRACE_SHA256 in previous and previous[TRACE_SHA256] != settings.get(TRACE_SHA256):
+        raise ResultsError(
+            f"{sweep_path}: cannot resume with another trace: the requests of the window replayed there "
+            f"(sha256 {str(previous[TRACE_SHA256])[:12]}...) differ from this sweep's "
+            f"({str(settings.get(TRACE_SHA256))[:12]}...): the trace file changed since"
+        )
     changed = [
         f"{key} {previous.get(key)!r} -> {value!r}"
         for key, value in settings.items()
-        if key != "model" and previous.get(key) != value
+        if key not in ("model", TRACE_SHA256) and previous.get(key) != value
     ]
     # A setting recorded only where set (cache_state: primed, slo) that this sweep does not set; a key no
     # sweep writes (a file edited by hand) quoted, so that the message stays one line.

@@ -69,7 +69,7 @@ from fairbench.measure.repeats import (
     repeats_to_json,
     stop_reason,
 )
-from fairbench.measure.results import ResultsDir, RunIdentity
+from fairbench.measure.results import TRACE_SHA256, ResultsDir, RunIdentity
 from fairbench.measure.results_format import BISECT, LISTED, level_tag, load_of, point_id
 from fairbench.measure.server_metrics import METRICS_PATH, SAMPLE_INTERVAL_S, ServerMetricsSampler
 from fairbench.measure.server_metrics import point_fields as server_fields
@@ -188,10 +188,13 @@ class SweepSpec:
                     "turn cannot send as ids: use generate (its replies are token ids) or chat (text)"
                 )
 
-    def settings(self, vocabulary: Vocabulary | None, model: str | None) -> dict[str, Any]:
+    def settings(
+        self, vocabulary: Vocabulary | None, model: str | None, replay: TraceReplay | None = None
+    ) -> dict[str, Any]:
         """The inputs a resumed sweep must share with the original (see ResultsDir.prepare); ``vocabulary``
         is the one the token ids are drawn from, ``model`` the name the OpenAI APIs were asked for (None for
-        ``generate``, which names none): a resume against another model is refused."""
+        ``generate``, which names none): a resume against another model is refused; ``replay`` the trace
+        replayed, whose window's requests must be the same (``TRACE_SHA256``)."""
         return {
             "api": self.api,
             "model": model,
@@ -214,6 +217,7 @@ class SweepSpec:
             # Only where set: a directory swept before these existed resumes with the same settings.
             **({"slo": slo_to_json(self.slo)} if self.slo else {}),
             **({"search_resolution": self.search_resolution} if self.search_resolution is not None else {}),
+            **({TRACE_SHA256: replay.sha256} if replay else {}),
             **(
                 {
                     "request_rate": self.request_rate,
@@ -438,7 +442,8 @@ class Sweep:
             model = await self.model(client)
             vocabulary = await self.vocabulary(client)
             workload = prompt_source(spec.workload, vocabulary)
-            self.results.prepare(spec.settings(vocabulary, model), resume=resume)
+            replay = workload if isinstance(workload, TraceReplay) else None
+            self.results.prepare(spec.settings(vocabulary, model, replay), resume=resume)
             identity = self.identity()
             self.results.discard_partial()
             self._note_resumed(self.todo(remeasure_failed=remeasure_failed))

@@ -16,6 +16,8 @@ another's in the server's cache; within a point the design is ``traces.reusable_
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 from collections.abc import Iterator
 from itertools import chain
@@ -71,6 +73,16 @@ def load_window(window: TraceWindow) -> list[TraceRequest]:
     return window_of(load_trace(Path(window.path)), window)
 
 
+def window_sha256(requests: list[TraceRequest]) -> str:
+    """The SHA-256 of a window's requests (each one's arrival, lengths and hash ids, as read): a trace file
+    edited or replaced since, within the window, gives another; its lines outside the window do not."""
+    digest = hashlib.sha256()
+    for request in requests:
+        fields = (request.arrival_ms, request.input_len, request.output_len, list(request.hash_ids))
+        digest.update(json.dumps(fields).encode() + b"\n")
+    return digest.hexdigest()
+
+
 def own_rate(requests: list[TraceRequest]) -> float:
     """A window's own request rate, requests per second: (n - 1) / (last arrival - first), the quantity
     ``arrivals.achieved_rate`` measures of the sends."""
@@ -96,6 +108,8 @@ class TraceReplay:
         self.rate = own_rate(self.requests)
         """The window's own request rate (``own_rate``)."""
         self.format = trace_format(Path(spec.trace.path))
+        self.sha256 = window_sha256(self.requests)
+        """What a resumed replay must find unchanged (``window_sha256``)."""
         self._tokens = Tokens(spec.as_text, usable_ids(spec, vocabulary))
 
     def speedup(self, rate: float) -> float:
