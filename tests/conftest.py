@@ -21,10 +21,12 @@ with ``tests.support.real_sglang.start``.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -125,3 +127,25 @@ def real_sglang(tmp_path_factory: pytest.TempPathFactory) -> Iterator[real_sglan
     server = real_sglang_support.start(tmp_path_factory.mktemp("sglang"))
     yield server
     server.stop()
+
+
+FAKE_PYNVML = Path(__file__).resolve().parent / "support" / "fake_nvml" / "pynvml.py"
+MakeNvml = Callable[..., ModuleType]
+"""``fake_nvml``'s value: ``make(gpus=[{...}], init_error=False)``."""
+
+
+@pytest.fixture
+def fake_nvml(monkeypatch: pytest.MonkeyPatch) -> MakeNvml:
+    """``fake_nvml(gpus=[{...}], init_error=False)``: a fresh fake pynvml module with those GPUs
+    (tests/support/fake_nvml/pynvml.py)."""
+
+    def make(**config: Any) -> ModuleType:
+        spec = importlib.util.spec_from_file_location("fake_pynvml", FAKE_PYNVML)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        monkeypatch.setitem(sys.modules, spec.name, module)  # its dataclasses look their module up
+        spec.loader.exec_module(module)
+        module.configure(config)
+        return module
+
+    return make

@@ -17,6 +17,9 @@ description:
     placement spread, a difference the campaign does not accept (C(accept_host_differences)) fails the
     task with every difference named. Under every-host, differences are what is being compared, and are
     only recorded.
+  - Finds the hosts that share one machine from their facts' C(machine) (fairbench.fleet.sharing), by one
+    DMI system UUID or board, one kernel or a GPU in common; the queue runs their jobs one at a time unless
+    the campaign says C(isolated_hosts).
   - Returns the jobs each host would take if every job took as long (C(predicted)); in check mode, or with
     C(queue=false), it writes nothing and returns only that.
 options:
@@ -87,6 +90,11 @@ predicted:
 equivalence:
   description: The facts compared, and the differences found (refused and accepted).
   type: dict
+machines:
+  description:
+    - C(shared), the hosts found to share a machine (each group's C(hosts), C(evidence) and C(text)), and
+      C(isolated), the campaign's C(isolated_hosts); null without facts. fleet.json's C(machines).
+  type: dict
 """
 
 from pathlib import Path
@@ -94,10 +102,11 @@ from pathlib import Path
 from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_import import FairbenchImport
 
 with FairbenchImport.on_control_node() as FAIRBENCH_IMPORT:
-    from fairbench.campaign.model import repeats_json
+    from fairbench.campaign.model import DEFAULT_ISOLATED_HOSTS, repeats_json
     from fairbench.fleet.equivalence import check_pools
     from fairbench.fleet.plan import SPREAD, PlanError, check_gpus, most_jobs, plan, pools
     from fairbench.fleet.queue import Queue, new_state, predict, sticky_hosts
+    from fairbench.fleet.sharing import machines_json, shared_machines
     from fairbench.measure.repeats import repeats_from_json
 
 
@@ -126,7 +135,11 @@ def main() -> None:
         module.fail_json(msg=str(exc))
     usable = {name: [host for host in hosts if host not in excluded] for name, hosts in by_name.items()}
     equivalence = None
+    machines = None
     if params["facts"]:
+        hosts = [host for host in params["play_hosts"] if host not in excluded]
+        isolated = campaign.get("isolated_hosts", DEFAULT_ISOLATED_HOSTS)
+        machines = machines_json(shared_machines(params["facts"], hosts), isolated=isolated)
         checked = check_pools(params["facts"], usable, campaign.get("accept_host_differences", []))
         equivalence = checked.to_json()
         if placement == SPREAD and checked.refused:
@@ -140,6 +153,7 @@ def main() -> None:
         equivalence=equivalence,
         sticky=sticky_hosts(run_dir, jobs),
         repeats=repeats_from_json(repeats_json(campaign)),
+        machines=machines,
     )
     predicted = predict(state, [host for host in params["play_hosts"] if host not in excluded])
     written = params["queue"] and not module.check_mode
@@ -152,6 +166,7 @@ def main() -> None:
         most_jobs=most_jobs(campaign, jobs, placement=placement),
         predicted=predicted,
         equivalence=equivalence,
+        machines=machines,
     )
 
 

@@ -15,6 +15,9 @@ description:
     installed CUDA toolkit (C($CUDA_HOME) or C(/usr/local/cuda), C(version.json)), NCCL's and SGLang's
     versions in the SGLang venv (read from its package metadata by running C(sglang_python) once; SGLang
     itself is not imported), fairbench's version, the CPU model, the CPU count and the memory in whole GiB.
+  - Beside them, C(machine) holds what tells which machine the host runs on (fairbench.hosts.machine), never
+    compared for equivalence; the DMI system UUID and board (read as root), the instant the running kernel
+    booted, and the GPUs' UUIDs. Hosts that share one are one machine (fairbench.fleet.sharing).
   - A fact that cannot be read is null, with why in C(reasons); that is no failure.
   - Only reads (never changed); runs in check mode too.
 options:
@@ -42,8 +45,9 @@ ansible_facts:
   description:
     - C(fleet_facts) with C(gpu_model) (the distinct GPU names, sorted, joined by C(", ")), C(gpu_count),
       C(driver), C(cuda) (the newest CUDA the driver supports), C(cuda_toolkit), C(nccl), C(sglang),
-      C(fairbench), C(cpu_model), C(cpus), C(memory_gib) (each a string or an integer, or null) and
-      C(reasons) (fact to why it is null, for each null fact).
+      C(fairbench), C(cpu_model), C(cpus), C(memory_gib) (each a string or an integer, or null),
+      C(reasons) (fact to why it is null, for each null fact) and C(machine) (C(product_uuid), C(board),
+      C(kernel_boot) in epoch seconds, C(gpu_uuids), and its own C(reasons)).
   returned: success
   type: dict
 """

@@ -10,9 +10,9 @@ description:
   - Runs on the control node (C(delegate_to) localhost) with a Python that imports fairbench; the queue is
     the run's fleet.json (fairbench.fleet.queue), which fairbench_fleet wrote.
   - Records how the host's previous job ended (C(finished)), then answers C(run) (with the next job, its
-    hosts rank 0 first), C(wait) (a server over several hosts is being gathered, or the host is one of its
-    ranks; claim again later) or C(done) (nothing is left for the host). Retry it with C(until) while it
-    answers C(wait); a finish given again is recorded once.
+    hosts rank 0 first), C(wait) (a server over several hosts is being gathered, the host is one of its
+    ranks, or a host it shares a machine with runs a job; claim again later) or C(done) (nothing is left
+    for the host). Retry it with C(until) while it answers C(wait); a finish given again is recorded once.
   - In check mode the queue is not touched: a claim answers the C(index)th job of C(predicted), then done.
 options:
   run_dir:
@@ -46,6 +46,12 @@ options:
         type: list
         elements: dict
         default: []
+  wait_s:
+    description:
+      - While the answer would be C(wait), claim again every 0.2 s for up to this many seconds, answering as
+        soon as it is not; a long wait then costs one task per C(wait_s).
+    type: float
+    default: 0
   leaving:
     description:
       - The host takes no job (its deploy failed after the jobs were placed); answers C(done), and leaves
@@ -69,10 +75,11 @@ EXAMPLES = r"""
     run_dir: results/demo/run1
     host: "{{ inventory_hostname }}"
     finished: {job: "tp8#r0", ok: true}
+    wait_s: 30
   delegate_to: localhost
   register: claim
   until: claim.answer != 'wait'
-  retries: 86400
+  retries: 2800
   delay: 1
 """
 
@@ -110,6 +117,7 @@ def main() -> None:
                     "points": {"type": "list", "elements": "dict", "default": []},
                 },
             },
+            "wait_s": {"type": "float", "default": 0},
             "leaving": {"type": "bool", "default": False},
             "predicted": {"type": "list", "elements": "dict", "default": []},
             "index": {"type": "int", "default": 0},
@@ -124,7 +132,9 @@ def main() -> None:
     given = params["finished"]
     finished = Finished(**{**given, "points": tuple(given["points"])}) if given else None
     try:
-        claim = Queue(Path(params["run_dir"])).claim(params["host"], finished, leaving=params["leaving"])
+        claim = Queue(Path(params["run_dir"])).claim(
+            params["host"], finished, leaving=params["leaving"], wait_s=params["wait_s"]
+        )
     except (OSError, ValueError) as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=claim.changed, **claim.to_json())

@@ -20,6 +20,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from tests.support.sse_server import StartServer
 from tests.support.unit_exposure import UNIT_EXPOSURE
 
 from fairbench.campaign.load import load_campaign
+from fairbench.fleet.sharing import KERNEL_BOOT_TOLERANCE_S
 from fairbench.hosts.clean_state import (
     COMPUTE_APPS_ARGS,
     DEFAULT_TOLERANCE_MIB,
@@ -39,6 +41,7 @@ from fairbench.hosts.clean_state import (
     unit_of_pid,
     user_processes,
 )
+from fairbench.hosts.machine import kernel_boot_s
 from fairbench.hosts.unit_security import exposure
 from fairbench.measure.results import ResultsDir
 
@@ -821,6 +824,38 @@ def test_fleet_module_refuses_hosts_that_differ_and_writes_no_queue(tmp_path: Pa
     assert json.loads((run_dir / "fleet.json").read_text())["equivalence"]["accepted"][0]["fact"] == "sglang"
 
 
+def test_fleet_module_finds_hosts_that_share_a_machine_and_the_queue_runs_them_in_turn(
+    tmp_path: Path,
+) -> None:
+    run_dir = tmp_path / "run"
+    # The lab's containers: no DMI table, one kernel boot instant.
+    machine = {"product_uuid": None, "board": None, "kernel_boot": 1796524073.175671, "gpu_uuids": []}
+    facts = {
+        host: {"sglang": "0.5.23", "reasons": {}, "machine": {**machine, "reasons": {}}} for host in "ab"
+    }
+
+    def claim(name: str, host: str) -> dict[str, Any]:
+        return {"name": name, fqcn("fairbench_fleet_job"): {"run_dir": str(run_dir), "host": host}}
+
+    tasks = [_fleet_task(run_dir, _fleet_campaign(tp8={}, ep4={}), facts), claim("A", "a"), claim("B", "b")]
+    results = run_play(tmp_path, tasks)
+    placed = results["Place"]
+    assert not placed.get("failed"), placed
+    (shared,) = placed["machines"]["shared"]
+    assert shared["hosts"] == ["a", "b"] and placed["machines"]["isolated"] is False
+    assert shared["text"] == "a, b: one kernel, booted at 2026-12-06 02:27:53.175 UTC"
+    assert json.loads((run_dir / "fleet.json").read_text())["machines"] == placed["machines"]
+    assert (results["A"]["answer"], results["A"]["job"]["id"]) == ("run", "tp8#r0")
+    assert (results["B"]["answer"], results["B"]["why"]) == (
+        "wait",
+        "shares its machine with a, busy with tp8#r0",
+    )
+    isolated = {**_fleet_campaign(tp8={}, ep4={}), "isolated_hosts": True}
+    apart = run_play(tmp_path, [_fleet_task(run_dir, isolated, facts), claim("A", "a"), claim("B", "b")])
+    assert apart["Place"]["machines"]["isolated"] is True
+    assert (apart["A"]["answer"], apart["B"]["answer"]) == ("run", "run")
+
+
 # --- fairbench_campaign_record ---------------------------------------------------------------------
 
 
@@ -839,9 +874,10 @@ def test_campaign_record_module_refuses_a_changed_resume_unless_allowed_and_keep
     new = run_play(tmp_path, [task("Checked", first, save=False), task("Recorded", first)])
     assert new["Checked"]["differences"] == [] and new["Checked"]["changed"] is False
     assert new["Recorded"]["changed"] is True and new["Recorded"]["kept_as"] is None
-    # As to_nice_json wrote it when the role copied it.
+    # Indented as to_nice_json wrote it when the role copied it, the campaign's order kept through Ansible.
     written = (run_dir / "campaign.json").read_text()
-    assert written == json.dumps(first, indent=4, sort_keys=True) + "\n"
+    assert written == json.dumps(first, indent=4) + "\n"
+    assert list(json.loads(written)["workloads"]) == ["random", "agentic"]
     tasks = [
         task("Same", first),
         task("Refused", second, save=False),
@@ -1013,13 +1049,14 @@ def test_a_failing_nvidia_smi_fails_the_preflight_only_for_gpu_servers(tmp_path:
 
 
 def _campaign_play_in_check_mode(
-    tmp_path: Path, fake_nvidia_smi: Path, campaign: Path, *args: str
+    tmp_path: Path, fake_nvidia_smi: Path, campaign: Path, *args: str, hosts: tuple[str, ...] = ("lab1",)
 ) -> subprocess.CompletedProcess[str]:
-    """playbooks/campaign.yml of ``campaign`` in check mode, on this machine as host lab1 (the GPUs of
+    """playbooks/campaign.yml of ``campaign`` in check mode, on this machine as ``hosts`` (the GPUs of
     ``fake_nvidia_smi``), its results under tmp_path/results; ``args`` for ansible-playbook."""
     inventory = tmp_path / "inventory.yml"
     host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-    inventory.write_text(json.dumps({"all": {"children": {"gpu_hosts": {"hosts": {"lab1": host}}}}}))
+    every = dict.fromkeys(hosts, host)
+    inventory.write_text(json.dumps({"all": {"children": {"gpu_hosts": {"hosts": every}}}}))
     settings = {
         # The venv the module runs in: this one, which imports fairbench (check mode installs nothing).
         "bench_venv_dir": str(Path(sys.executable).parent.parent),
@@ -1065,6 +1102,22 @@ def test_the_campaign_stops_before_deploying_when_a_config_needs_more_gpus_than_
     assert "PLAY [Record the campaign as run]" not in done.stdout
     assert not (tmp_path / "results").exists()
     assert not list(Path("/etc/systemd/system").glob("fairbench-preflight-sglang-*"))
+
+
+def test_two_hosts_on_this_machine_are_found_to_share_it_before_anything_is_deployed(
+    tmp_path: Path, fake_nvidia_smi: Path
+) -> None:
+    """Two inventory hosts on this machine (one kernel, the same two faked GPUs), the deploy in check mode:
+    each host's own fleet facts tell the place step that they are one machine."""
+    hosts = ("lab1", "lab2")
+    campaign = _campaign_file(tmp_path, "sim")
+    done = _campaign_play_in_check_mode(tmp_path, fake_nvidia_smi, campaign, "--tags", "deploy", hosts=hosts)
+    output = " ".join(done.stdout.split())  # the YAML callback folds long messages
+    assert done.returncode == 0, done.stdout[-3000:]
+    gpus = ", ".join(sorted(re.findall(r"GPU-[0-9a-f-]{36}", (H200X2 / "nvidia-smi-query.csv").read_text())))
+    booted = datetime.fromtimestamp(kernel_boot_s(), tz=timezone.utc)
+    assert f"lab1, lab2: one kernel, booted at {booted:%Y-%m-%d %H:%M:%S}" in output, output[-3000:]
+    assert f"UTC; the same GPU(s): {gpus}. Hosts of one machine take jobs one at a time" in output
 
 
 # Without tags every play runs, the load play first; these are the two a host could be touched by alone.
@@ -1557,5 +1610,9 @@ def test_fleet_facts_module_reads_the_hosts_facts_in_check_mode_too(
     assert results["No venv"]["ansible_facts"]["fleet_facts"]["reasons"]["nccl"] == (
         f"{missing} does not exist (no SGLang venv)"
     )
+    # What tells this machine: its GPUs as nvidia-smi lists them, and the kernel this process runs on.
+    machine = facts["machine"]
+    assert len(machine["gpu_uuids"]) == 2 and all(gpu.startswith("GPU-") for gpu in machine["gpu_uuids"])
+    assert abs(machine["kernel_boot"] - kernel_boot_s()) <= KERNEL_BOOT_TOLERANCE_S
     bare = results["Bare"]["ansible_facts"]["fleet_facts"]
     assert bare["reasons"]["sglang"] == "no SGLang venv on this host (no sglang_python given)"

@@ -48,12 +48,14 @@ def test_the_demo_verdict_names_tp8_ep4_and_eplb_in_the_order_its_profile_implie
     random = index.split("## Workload agentic")[0]
     lowest, peak, under_slo = (_orders(random)[regime] for regime in REGIMES)
     assert set(lowest[:2]) == {"tp8", "tp8-nccl"}, lowest  # the same layout: which leads is noise
-    # EP4 leads EP8 by 2 % at the peak in the profile: where the verdict finds that within noise, the order
-    # of their means may go either way.
-    assert peak[0] == "ep4" or (peak[:2] == ["ep8", "ep4"] and "**ep8**" in _within_noise(random)), peak
+    # EP4 leads EP8 by 2 % at the peak in the profile: where the verdict does not find it ahead by more than
+    # the campaign's 1 % margin, the order of their means may go either way.
+    assert peak[0] == "ep4" or (peak[:2] == ["ep8", "ep4"] and "**ep8**" in _not_ahead(random)), peak
     assert under_slo[0] == "ep4", under_slo
     assert peak.index("ep8") < peak.index("tp8"), peak
     assert lowest[-1] == peak[-1] == under_slo[-1] == "ep8-eplb"
+    # At C >= 64 its servers queue requests on their way in, as servers do: an observation, not a doubt.
+    assert "running_below_concurrency" not in (run_dir / "report.random.md").read_text()
     # The agent's traffic on the same profile: TP8 still the fastest for one user, EPLB still the slowest.
     agentic = _orders(index.split("## Workload agentic")[1])
     assert set(agentic["Lowest load"][:2]) == {"tp8", "tp8-nccl"}, agentic
@@ -74,14 +76,14 @@ def _orders(text: str) -> dict[str, list[str]]:
     """Each regime's order of configs in the first Verdict of ``text``, its three regimes all there."""
     verdict = text[text.index("Verdict") :].split("## Headline", maxsplit=1)[0]
     found = {
-        regime: re.split(r" [>≈?] ", order)
+        regime: re.split(r" [>≈≳?] ", order)
         for regime, order in re.findall(r"^- \*\*([^*]+)\*\*.* Order: (.+)\.$", verdict, re.MULTILINE)
     }
     assert set(found) == set(REGIMES), verdict
     return found
 
 
-def _within_noise(text: str) -> str:
-    """The peak's bullet where it says its leader is within noise of the next."""
+def _not_ahead(text: str) -> str:
+    """The peak's bullet where it does not find its leader ahead of the next by more than the margin."""
     bullet = text.split("- **Peak throughput**")[1].split("\n", maxsplit=1)[0]
-    return bullet if "within noise" in bullet else ""
+    return "" if "ahead by more than" in bullet else bullet

@@ -30,7 +30,8 @@ CAMPAIGN = "tests/lab/campaign-short.yml"
 GOOD_CONFIGS = ("tp8", "ep4-nccl")
 CRASHING_CONFIG = "crash"
 NEVER_STARTING_CONFIG = "no-start"
-PLAYBOOK_TIMEOUT_S = 600
+PLAYBOOK_TIMEOUT_S = 1200
+"""A playbook run; the lab's hosts share one kernel, so their jobs run one after another."""
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 - A campaign spread over both hosts (tests/lab/campaign-fleet.yml) measures each config once, one of them a
   server over both hosts (``nodes: 2``: a unit on each, rank 0 swept), and its report compares configs,
-  never host x config pairs.
+  never host x config pairs. The lab's hosts are containers on one kernel: found to share a machine, they
+  take their jobs one at a time, and the report says so.
 - A server over both hosts whose rank 1 is killed mid-sweep (tests/lab/campaign-fleet-kill.yml) fails with
   both ranks' journals, and the next config runs.
 - Hosts that differ (one has an SGLang the other lacks) stop a spread campaign before anything is
@@ -19,6 +20,7 @@ lab is up.
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
 import subprocess
@@ -41,7 +43,8 @@ REPO = Path(__file__).resolve().parents[2]
 FLEET = "tests/lab/campaign-fleet.yml"
 KILL = "tests/lab/campaign-fleet-kill.yml"
 DECISION = "tests/lab/campaign-decision.yml"
-TIMEOUT_S = 600
+TIMEOUT_S = 1200
+"""A campaign's playbook run; the lab's hosts share one kernel, so their jobs run one after another."""
 SGLANG_SITE = "/opt/sglang/venv/lib/python3.11/site-packages"
 """Where the lab hosts' SGLang venv (the fairbench role's fairbench_sglang_venv_dir) keeps its packages."""
 
@@ -149,7 +152,14 @@ def test_a_spread_campaign_measures_each_config_once_and_compares_configs_not_ho
     fleet = json.loads((run_dir / "fleet.json").read_text())
     assert [job["state"] for job in fleet["jobs"]] == ["ok", "ok", "ok"]
     assert fleet["equivalence"]["refused"] == []
+    # One kernel (systemd-nspawn containers): one machine, whose jobs ran one at a time.
+    (machine,) = fleet["machines"]["shared"]
+    assert set(hosts) <= set(machine["hosts"]), machine
+    assert "kernel_boot" in [item["fact"] for item in machine["evidence"]], machine
+    spans = sorted((job["claimed_at"], job["finished_at"]) for job in fleet["jobs"])
+    assert all(ended <= began for (_, ended), (began, _) in itertools.pairwise(spans)), spans
     report = (run_dir / "report.md").read_text()
+    assert "Hosts share a machine (fleet.json)" in report
     assert "@" + hosts[0] not in report and "@" + hosts[1] not in report  # no host x config pairs
     comparisons = report.split("### Comparisons", 1)[1].split("##", 1)[0]
     pairs = [line for line in comparisons.splitlines() if line.startswith("- **")]

@@ -111,9 +111,11 @@ def write_run(
     hosts: Sequence[str] = ("lab1",),
     run_id: str = "run1",
     placement: str = "spread",
+    margin_pct: float | None = None,
 ) -> Path:
     """A run of the demo campaign's ``configs`` (name -> its points), each on every host of ``hosts``
-    (every-host) or on the first (spread); ``failed`` configs' status says failed at the sweep."""
+    (every-host) or on the first (spread); ``failed`` configs' status says failed at the sweep; the verdict's
+    margin ``margin_pct`` (``decide``), by default none."""
     run = root / "demo" / run_id
     run.mkdir(parents=True)
     campaign = {
@@ -122,6 +124,7 @@ def write_run(
         "configs": {name: CAMPAIGN["configs"][name] for name in configs},
         "workload": {**CAMPAIGN["workload"], "concurrency": [1, 4, 16], **(workload or {})},
         "slo": dict(slo or {}),
+        "decide": None if margin_pct is None else {"margin_pct": margin_pct},
     }
     (run / "campaign.json").write_text(json.dumps(campaign))
     for host in hosts if placement != "spread" else hosts[:1]:

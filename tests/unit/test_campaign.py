@@ -112,7 +112,7 @@ RULES = [
     pytest.param(
         changed(("colour", "blue")),
         "colour: unknown key; expected one of name, engine, model, configs, workload, workloads, common, "
-        "start_timeout_s, placement, accept_host_differences, slo",
+        "start_timeout_s, expected_start_s, placement, accept_host_differences, isolated_hosts, slo, decide",
         id="unknown-top-key",
     ),
     pytest.param(
@@ -443,6 +443,21 @@ RULES = [
         changed(("workload.repeats", 1001)),
         "workload.repeats: must be an integer from 1 to 1,000 repeats, got 1001",
         id="repeats-bound",
+    ),
+    pytest.param(
+        changed(("decide", {"margin_pct": 0})),
+        "decide.margin_pct: must be a number from 0.01 to 100 percent of the lower mean, got 0",
+        id="margin-bound",
+    ),
+    pytest.param(
+        changed(("decide", {"margin_pct": 1, "margin": 1})),
+        "decide.margin: unknown key; expected one of margin_pct (did you mean 'margin_pct'?)",
+        id="decide-unknown-key",
+    ),
+    pytest.param(
+        changed(("decide", {})),
+        "decide.margin_pct: required key is missing",
+        id="decide-margin-missing",
     ),
     pytest.param(
         changed(("workload.vocab_size", 2**24 + 1)),
@@ -854,7 +869,7 @@ def test_to_json_is_plain_data_with_every_config() -> None:
     assert json.loads(json.dumps(data)) == data
     assert list(data) == [
         "name", "source", "engine", "model", "start_timeout_s", "placement", "accept_host_differences",
-        "common", "configs", "workload", "slo", "warnings",
+        "common", "configs", "workload", "decide", "slo", "warnings",
     ]  # fmt: skip
     assert list(data["configs"]) == ["tp8", "tp8-nccl", "ep4", "ep8-eplb"]
     assert data["common"]["args"]["cuda-graph-bs-decode"] == [1, 2]

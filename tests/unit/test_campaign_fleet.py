@@ -1,5 +1,6 @@
-"""The campaign's fleet keys: placement, accept_host_differences, and each config's nodes and hosts; their
-defaults, exact messages, inheritance through extends, their place in to_json, and the schema's agreement."""
+"""The campaign's fleet keys: placement, accept_host_differences, isolated_hosts, and each config's nodes and
+hosts; their defaults, exact messages, inheritance through extends, their place in to_json, and the schema's
+agreement."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from fairbench.campaign.findings import CampaignError
 from fairbench.campaign.fleet_facts import FACTS
 from fairbench.campaign.load import load_campaign, parse_campaign
 from fairbench.campaign.model import (
+    DEFAULT_ISOLATED_HOSTS,
     DEFAULT_NODES,
     DEFAULT_PLACEMENT,
     PLACEMENTS,
@@ -101,6 +103,14 @@ def test_the_fleet_keys_reach_to_json_as_plain_data() -> None:
     tp8 = data["configs"]["tp8"]
     assert (tp8["gpus"], tp8["nodes"], tp8["gpus_per_node"], tp8["hosts"]) == (8, 2, 4, "h200_pool")
     assert tp8["argv"] == ["--model-path", "moonshotai/Kimi-K2.6", "--tp-size", "8", "--trust-remote-code"]
+
+
+def test_isolated_hosts_is_false_unless_declared_and_campaign_json_holds_it_only_when_true() -> None:
+    assert parse(VALID).isolated_hosts is DEFAULT_ISOLATED_HOSTS is False
+    assert "isolated_hosts" not in parse(VALID).to_json()  # a run recorded before the key resumes
+    assert "isolated_hosts" not in parse(document({"isolated_hosts": False})).to_json()
+    declared = parse(document({"isolated_hosts": True}))
+    assert declared.isolated_hosts is True and declared.to_json()["isolated_hosts"] is True
 
 
 @pytest.mark.parametrize("placement", PLACEMENTS)
@@ -249,6 +259,16 @@ RULES = [
         "configs.tp8.hosts: must name an inventory group (letters, digits and '_', starting with a letter "
         "or '_') or be null for the campaign's pool, got a list",
         id="hosts-one-group",
+    ),
+    pytest.param(
+        document({"isolated_hosts": "yes"}),
+        "isolated_hosts: must be true or false, got 'yes'",
+        id="isolated-hosts-a-boolean",
+    ),
+    pytest.param(
+        document({"isolated_hosts": 1}),
+        "isolated_hosts: must be true or false, got 1",
+        id="isolated-hosts-not-a-number",
     ),
     pytest.param(
         document({"common": {"args": {"trust-remote-code": True}, "nodes": 2}}),
@@ -412,6 +432,7 @@ def loader_error_paths(doc: object) -> list[str]:
         (document({"accept_host_differences": "driver"}), ["accept_host_differences"]),
         (document({"accept_host_differences": ["kernel"]}), ["accept_host_differences", 0]),
         (document({"accept_host_differences": ["cuda", "cuda"]}), ["accept_host_differences"]),
+        (document({"isolated_hosts": "yes"}), ["isolated_hosts"]),
         (document(tp8={"nodes": NODES.low - 1}), ["configs", "tp8", "nodes"]),
         (document(tp8={"nodes": NODES.high + 1}), ["configs", "tp8", "nodes"]),
         (document(tp8={"nodes": "2"}), ["configs", "tp8", "nodes"]),
@@ -430,7 +451,7 @@ def test_the_schema_refuses_what_the_loader_refuses_at_the_same_key(
 
 def test_the_schema_takes_every_fleet_key_the_loader_takes() -> None:
     doc = document(
-        {"placement": "every-host", "accept_host_differences": list(FACTS)},
+        {"placement": "every-host", "accept_host_differences": list(FACTS), "isolated_hosts": True},
         tp8={"nodes": NODES.low, "hosts": "h200"},
         **{"tp8-ll": {"hosts": None}},
         c={"args": {"device": "cpu"}},
@@ -447,6 +468,7 @@ def test_the_schema_names_the_defaults_the_loader_applies() -> None:
     config = schema["$defs"]["config"]["properties"]
     assert schema["properties"]["placement"]["default"] == DEFAULT_PLACEMENT
     assert schema["properties"]["accept_host_differences"]["items"]["enum"] == list(FACTS)
+    assert schema["properties"]["isolated_hosts"]["default"] is DEFAULT_ISOLATED_HOSTS
     assert (config["nodes"]["default"], config["nodes"]["minimum"], config["nodes"]["maximum"]) == (
         DEFAULT_NODES,
         NODES.low,

@@ -149,7 +149,7 @@ def test_a_resume_with_a_changed_campaign_is_refused_naming_the_run_the_keys_and
     assert (run_dir / CAMPAIGN_FILE).read_bytes() == before and earlier(run_dir) == []
 
 
-def test_a_new_run_is_recorded_as_ansible_wrote_it(tmp_path: Path) -> None:
+def test_a_new_run_is_recorded_indented_as_ansible_wrote_it_in_the_campaigns_order(tmp_path: Path) -> None:
     campaign = load_campaign(DEMO).to_json()
     run_dir = tmp_path / "new-run"
     assert check_resume(run_dir, campaign, allow_changed=False, allowed_by=FLAG) == []
@@ -159,7 +159,16 @@ def test_a_new_run_is_recorded_as_ansible_wrote_it(tmp_path: Path) -> None:
     run_dir.mkdir()
     done = record(run_dir, campaign, allow_changed=False, allowed_by=FLAG)
     assert done.changed and done.kept_as is None and done.before is None
-    assert (run_dir / CAMPAIGN_FILE).read_text() == render(campaign) == to_nice_json(campaign) + "\n"
+    text = (run_dir / CAMPAIGN_FILE).read_text()
+    assert text == render(campaign) and json.loads(text) == json.loads(to_nice_json(campaign))
+    # Configs and workloads in the file's order, as the report shows them.
+    recorded = json.loads(text)
+    assert (
+        list(recorded["configs"])
+        == list(campaign["configs"])
+        == ["tp8", "tp8-nccl", "ep4", "ep8", "ep8-eplb"]
+    )
+    assert list(recorded["workloads"]) == ["random", "agentic"]
     # The same again: nothing written.
     assert not record(run_dir, campaign, allow_changed=False, allowed_by=FLAG).changed
 

@@ -19,7 +19,7 @@ from tests.support.campaign_documents import (
 )
 
 from fairbench.campaign.findings import CampaignError
-from fairbench.campaign.model import SINGLE_WORKLOAD
+from fairbench.campaign.model import SINGLE_WORKLOAD, TOP_KEYS
 from fairbench.campaign.workload import workload_from_json
 from fairbench.measure.repeats import AutoRepeats, repeats_to_json
 from fairbench.measure.slo import SLO_KEY_RULE, SLO_LIMIT_RULE, SloTarget
@@ -87,8 +87,7 @@ def test_every_broken_slo_entry_is_reported_and_the_unknown_top_key_lists_slo() 
         f"slo.tpot_p50_ms: {SLO_LIMIT_RULE}, got 0",
     ]
     assert errors_of(changed(slos={})) == [
-        "slos: unknown key; expected one of name, engine, model, configs, workload, workloads, common, "
-        "start_timeout_s, placement, accept_host_differences, slo (did you mean 'slo'?)"
+        f"slos: unknown key; expected one of {', '.join(TOP_KEYS)} (did you mean 'slo'?)"
     ]
 
 

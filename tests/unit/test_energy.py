@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from tests.conftest import MakeNvml
 
 from fairbench.measure.energy import (
     COUNTER,
@@ -30,26 +28,7 @@ from fairbench.report.document import headline_table, level_table
 from fairbench.report.summary import headline
 from fairbench.report.tree import ConfigResult
 
-FAKE_PYNVML = Path(__file__).resolve().parents[1] / "support" / "fake_nvml" / "pynvml.py"
 NS = 1_000_000_000
-
-MakeNvml = Callable[..., ModuleType]
-
-
-@pytest.fixture
-def fake_nvml(monkeypatch: pytest.MonkeyPatch) -> MakeNvml:
-    """``fake_nvml(gpus=[{...}], init_error=False)``: a fresh fake pynvml module with those GPUs."""
-
-    def make(**config: Any) -> ModuleType:
-        spec = importlib.util.spec_from_file_location("fake_pynvml", FAKE_PYNVML)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        monkeypatch.setitem(sys.modules, spec.name, module)  # its dataclasses look their module up
-        spec.loader.exec_module(module)
-        module.configure(config)
-        return module
-
-    return make
 
 
 def measure(sampler: EnergySampler, seconds: float) -> list[GpuEnergy]:

@@ -19,7 +19,7 @@ import pytest
 from tests.support.fake_nvidia_smi import write_fake_nvidia_smi
 
 import fairbench
-from fairbench.campaign.fleet_facts import FACTS, REASONS
+from fairbench.campaign.fleet_facts import FACTS, MACHINE, REASONS
 from fairbench.hosts import fleet_facts
 from fairbench.hosts.fleet_facts import (
     collect,
@@ -27,6 +27,7 @@ from fairbench.hosts.fleet_facts import (
     parse_cuda_version_json,
     parse_meminfo,
 )
+from fairbench.hosts.machine import MACHINE_FACTS
 
 REPO = Path(__file__).resolve().parents[2]
 H200X2 = REPO / "tests/fixtures/gpu/h200x2"
@@ -62,13 +63,17 @@ def _no_nvidia_smi(tmp_path: Path) -> str:
 
 
 def _check_shape(facts: dict[str, Any]) -> None:
-    """Every fact and ``reasons``, nothing else; a reason for each null fact and for no other."""
-    assert list(facts) == [*FACTS, REASONS]
+    """Every fact, ``reasons`` and ``machine``, nothing else; a reason for each null fact and for no other,
+    in ``machine`` too."""
+    assert list(facts) == [*FACTS, REASONS, MACHINE]
     assert sorted(facts[REASONS]) == sorted(fact for fact in FACTS if facts[fact] is None)
     assert all(isinstance(reason, str) and reason for reason in facts[REASONS].values())
     assert all(
         value is None or isinstance(value, str | int) for fact, value in facts.items() if fact in FACTS
     )
+    machine = facts[MACHINE]
+    assert list(machine) == [*MACHINE_FACTS, REASONS]
+    assert sorted(machine[REASONS]) == sorted(fact for fact in MACHINE_FACTS if machine[fact] is None)
     json.dumps(facts)
 
 
@@ -153,6 +158,9 @@ def test_gpu_facts_come_from_nvidia_smi(tmp_path: Path) -> None:
     assert facts["gpu_count"] == len(names) == 2
     assert facts["gpu_model"] == "NVIDIA H200" == names[0]
     assert f"Driver Version: {facts['driver']} " in header and f"CUDA Version: {facts['cuda']} " in header
+    query = (H200X2 / "nvidia-smi-query.csv").read_text()
+    uuids = re.findall(r"GPU-[0-9a-f-]{36}", query)
+    assert facts[MACHINE]["gpu_uuids"] == sorted(uuids) and len(uuids) == 2
 
 
 def test_mixed_gpu_models_are_listed_sorted(tmp_path: Path) -> None:
@@ -171,7 +179,7 @@ def test_no_nvidia_smi_is_no_gpus_and_why(tmp_path: Path) -> None:
     missing = _no_nvidia_smi(tmp_path)
     facts = collect(sglang_python=None, nvidia_smi=missing)
     _check_shape(facts)
-    assert facts["gpu_count"] == 0
+    assert facts["gpu_count"] == 0 and facts[MACHINE]["gpu_uuids"] == []
     why = f"{missing} not found (not on PATH, or not an executable)"
     assert facts[REASONS]["gpu_model"] == facts[REASONS]["driver"] == facts[REASONS]["cuda"] == why
 

@@ -13,6 +13,7 @@ from fairbench.measure.point_flags import (
     allowed_cache_rate,
     client_flags,
     server_flags,
+    server_observations,
 )
 
 
@@ -63,7 +64,7 @@ def test_without_server_counters_nothing_is_checked() -> None:
 @pytest.mark.parametrize(
     ("queued", "why"),
     [
-        (6.0, "the server held them back"),
+        (6.0, "its running-requests gauge was not sampled at once"),
         (0.5, "the client was late sending or reading them"),  # 57.5 held: below 90 % of 64 too
         (0.0, "the client was late sending or reading them"),
     ],
@@ -80,7 +81,7 @@ def test_running_below_90_percent_of_c_says_why(queued: float, why: str) -> None
 @pytest.mark.parametrize(
     ("in_server", "queued", "why"),
     [
-        (60.0, 44.0, "the server held them back"),  # 16 ran of the 60 the client had: a cap of 16
+        (60.0, 44.0, "it may be capped"),  # 16 ran of the 60 the client had, the gauge unsampled
         (40.0, 4.0, "the client was late sending or reading them"),  # 36 ran: the rest outside the server
     ],
 )
@@ -95,6 +96,40 @@ def test_the_servers_own_littles_law_is_held_against_what_the_client_had_in_flig
     # 54 of the 60 in flight: at 90 %, no flag, though the gauge would read low.
     steady = point(server_in_flight_mean=56.0, server_queued_mean=2.0, server_running_mean=30.0)
     assert server_flags(steady, api="completions", closed_loop=True) == []
+
+
+def test_a_server_that_ran_c_at_once_and_queued_the_rest_on_their_way_in_is_an_observation() -> None:
+    # 55.7 of 63.9 ran on average, 8.2 queued for a prefill; its gauge reached all 64 at once.
+    queueing = point(
+        server_in_flight_mean=63.9, server_queued_mean=8.2, concurrency=63.9, server_running_max=64.0
+    )
+    assert server_flags(queueing, api="completions", closed_loop=True) == []
+    (seen,) = server_observations(queueing, closed_loop=True)
+    assert seen["observation"] == "queued_at_concurrency"
+    assert "8.2 waited in its queue on average, and it ran up to 64 at once" in seen["reason"]
+    assert server_observations(queueing, closed_loop=False) == []
+    # A server capped at 4 running requests, swept at C=16: it never ran more than 4, a doubt.
+    capped = point(
+        max_concurrency=16, concurrency=15.9, server_in_flight_mean=15.9, server_queued_mean=11.9,
+        server_running_max=4.0, server_running_mean=4.0, server_queue_mean=11.9,
+    )  # fmt: skip
+    (flag,) = server_flags(capped, api="completions", closed_loop=True)
+    assert (
+        flag["flag"] == "running_below_concurrency" and "it never ran more than 4 at once" in flag["reason"]
+    )
+    assert server_observations(capped, closed_loop=True) == []
+    # A client that held fewer than C in flight: the time went outside the server, a doubt.
+    late = point(server_in_flight_mean=40.0, server_queued_mean=0.5, server_running_max=64.0)
+    assert names(server_flags(late, api="completions", closed_loop=True)) == ["running_below_concurrency"]
+
+
+def test_a_failed_scrape_of_the_servers_metrics_doubts_the_checks_and_names_no_figure() -> None:
+    failed = point(server_metric_failures=2, server_metric_error="timed out")
+    (flag,) = server_flags(failed, api="completions", closed_loop=True)
+    assert flag["flag"] == "server_metrics_failed" and flag["on"] == []
+    assert flag["reason"].startswith(
+        "2 scrape(s) of the server's /metrics failed during the point (the first"
+    )
 
 
 def test_running_at_90_percent_of_c_or_in_an_open_loop_is_not_flagged() -> None:

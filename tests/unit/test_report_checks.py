@@ -270,3 +270,50 @@ def test_running_is_the_servers_own_littles_law_where_it_has_the_histograms(tmp_
     report = markdown(load_run(write_run(tmp_path, {"ep4": [point]}, workload={"concurrency": [8]})))
     row = table(section(section(report, "## Measurement checks"), "### ep4"))["8"]
     assert (row["running (share of C)"], row["queued"]) == ("7.5 (95 %)", "0.2")
+
+
+def test_an_observation_of_the_servers_behaviour_is_listed_and_marks_no_figure(tmp_path: Path) -> None:
+    queued = {"observation": "queued_at_concurrency", "reason": "8.2 waited in its queue on average"}
+    run = write_run(
+        tmp_path,
+        {
+            "tp8": [checked_point(1), checked_point(4, observations=[queued]), checked_point(16)],
+            "ep4": [checked_point(1), checked_point(4), checked_point(16)],
+        },
+    )
+    report = markdown(load_run(run))
+    assert "(#flag-" not in report and "**Flagged**" not in report and "No check raised a flag" in report
+    observed = section(report, "### Observations")
+    assert "no figure is marked for it" in observed
+    assert (
+        "- **tp8** at C=4: `queued_at_concurrency` on 1 of 1 repeats; the first: 8.2 waited in its queue on "
+        "average" in observed
+    )
+    assert "ep4" not in observed
+
+
+def test_the_machines_state_shows_where_the_points_have_it(tmp_path: Path) -> None:
+    gpus = [
+        {"index": 0, "sm_clock_mhz_min": 1980, "throttled_share": 0.0},
+        {"index": 1, "sm_clock_mhz_min": 1410, "throttled_share": 0.4},
+    ]
+    machine = {"client_cpu_busy_share": 0.62, "client_cpu_steal_share": 0.01}
+    run = write_run(
+        tmp_path,
+        {
+            "tp8": [
+                checked_point(1, gpu_state=gpus[:1], gpu_throttled_share=0.0, **machine),
+                checked_point(4, gpu_state=gpus, gpu_throttled_share=0.4, **machine),
+            ],
+            "ep4": [checked_point(1), checked_point(4)],
+        },
+        workload={"concurrency": [1, 4]},
+    )
+    checks = section(markdown(load_run(run)), "## Measurement checks")
+    rows = table(section(checks, "### tp8"))
+    assert rows["1"]["GPU SM clock lowest, throttled %"] == "1,980 MHz, 0 %"
+    assert rows["4"]["GPU SM clock lowest, throttled %"] == "1,410 MHz, 40 %"
+    assert rows["4"]["client machine CPU busy / steal %"] == "62 / 1"
+    assert list(rows["4"])[-1] == "flags"
+    # A config whose points have no such state has no such columns.
+    assert "GPU SM clock lowest, throttled %" not in table(section(checks, "### ep4"))["1"]

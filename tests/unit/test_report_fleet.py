@@ -233,6 +233,62 @@ def test_what_fleet_json_says_went_wrong_is_on_the_first_screen(spread: Path, tm
     assert "> - pool `gpu_hosts`, `sglang`: lab1: `0.5.23`; lab2: `0.5.22`" in first_screen
 
 
+SHARED = {
+    "hosts": ["lab1", "lab2"],
+    "evidence": [{"fact": "kernel_boot", "hosts": ["lab1", "lab2"], "text": "one kernel, booted at ..."}],
+    "text": "lab1, lab2: one kernel, booted at 2026-12-06 02:27:53.175 UTC",
+}
+"""fleet.json's entry for the lab's hosts (fleet.sharing), as the fleet module writes it."""
+
+
+def with_machines(run: Path, out: Path, machines: Any) -> Path:
+    """A copy of ``run`` whose fleet.json holds ``machines``."""
+    copy = shutil.copytree(run, out / run.name)
+    fleet = json.loads((copy / "fleet.json").read_text())
+    (copy / "fleet.json").write_text(json.dumps(fleet | {"machines": machines}))
+    return copy
+
+
+def test_hosts_that_shared_a_machine_and_took_turns_are_a_note_on_the_first_screen(
+    spread: Path, tmp_path: Path
+) -> None:
+    report = markdown(load_run(with_machines(spread, tmp_path, {"shared": [SHARED], "isolated": False})))
+    first_screen = report[: report.index("## Headline")]
+    assert (
+        "> **Hosts share a machine (fleet.json): the hosts of each took their jobs one at a time, so no job "
+        "was measured while another of them ran one (`isolated_hosts: true` in the campaign would run them "
+        "at the same time).**\n"
+        f"> - {SHARED['text']}"
+    ) in first_screen
+    assert "machine(s) whose hosts ran jobs at the same time" not in report
+    assert "Hosts share a machine" not in markdown(load_run(spread))  # none found: nothing said
+
+
+def test_hosts_that_shared_a_machine_declared_isolated_are_a_threat_and_a_caution(
+    spread: Path, tmp_path: Path
+) -> None:
+    report = markdown(load_run(with_machines(spread, tmp_path, {"shared": [SHARED], "isolated": True})))
+    first_screen = report[: report.index("## Headline")]
+    assert (
+        "and the campaign declared its hosts isolated (`isolated_hosts: true`): their jobs ran at the same "
+        "time, so a figure measured on one may include the load of another's job."
+    ) in first_screen
+    assert f"> - {SHARED['text']}" in first_screen
+    verdict = section(report, "## Verdict")
+    assert "**Caution**: " in verdict and "1 machine(s) whose hosts ran jobs at the same time" in verdict
+
+
+def test_a_broken_machines_entry_is_named_and_left_out(spread: Path, tmp_path: Path) -> None:
+    broken = {"shared": [SHARED, {"hosts": "lab1", "text": "x"}], "isolated": "no"}
+    copy = with_machines(spread, tmp_path, broken)
+    run = load_run(copy)
+    assert run.fleet is not None and run.fleet.isolated is False
+    assert [machine.hosts for machine in run.fleet.shared_machines] == [("lab1", "lab2")]
+    report = markdown(run)
+    assert f'{copy / "fleet.json"}: machines.isolated: "no" is not true or false; not used' in report
+    assert f'{copy / "fleet.json"}: machines.shared[1].hosts: "lab1" is not a list of strings' in report
+
+
 # --- automatic repeats judged by the queue ------------------------------------------------------------------
 
 AUTOMATIC = {"min": 2, "max": 3, "half_width_pct": 50}
@@ -372,6 +428,38 @@ def test_the_campaign_overhead_of_each_host_from_known_timelines(every_host: Pat
         },
     }
     assert [row["overhead s"] for row in table(section(report, "### lab2")).values()] == ["-", "6.00"]
+
+
+SERIAL_TIMELINES = {
+    "tp8@lab1": (1000.0, 1012.0, 1012.5, 1100.0),
+    "tp8@lab2": (1102.0, 1110.0, 1110.5, 1190.0),
+    "ep4@lab1": (1193.0, 1205.0, 1206.0, 1290.0),
+    "ep4@lab2": (1291.0, 1301.0, 1302.0, 1380.0),
+}
+"""The every-host run's jobs as hosts of one machine taking turns would run them."""
+
+
+def test_hosts_of_one_machine_that_took_turns_are_timed_as_one(every_host: Path, tmp_path: Path) -> None:
+    keys = ("unit_started_at", "healthy_at", "first_request_at", "last_point_ended_at")
+    shared = with_machines(every_host, tmp_path / "shared", {"shared": [SHARED], "isolated": False})
+    run = with_timelines(shared, tmp_path, lambda job: dict(zip(keys, SERIAL_TIMELINES[job], strict=True)))
+    overhead = section(markdown(run), "## Campaign overhead")
+    # Each job from the machine's previous one: (1110.5 - 1100) - 8 = 2.5, (1206 - 1190) - 12 = 4,
+    # (1302 - 1290) - 10 = 2.
+    machine = "lab1, lab2 (one machine)"
+    assert table(overhead) == {
+        machine: {"host": machine, "jobs": "4", "mean overhead s": "2.83", "max overhead s": "4.00"}
+    }
+    rows = table(section(overhead, f"### {machine}"))
+    assert [(row["job"], row["hosts"], row["overhead s"]) for row in rows.values()] == [
+        ("`tp8@lab1`", "lab1", "-"),
+        ("`tp8@lab2`", "lab2", "2.50"),
+        ("`ep4@lab1`", "lab1", "4.00"),
+        ("`ep4@lab2`", "lab2", "2.00"),
+    ]
+    isolated = with_machines(every_host, tmp_path / "isolated", {"shared": [SHARED], "isolated": True})
+    apart = with_timelines(isolated, tmp_path / "t", lambda job: dict(zip(keys, TIMELINES[job], strict=True)))
+    assert list(table(section(markdown(apart), "## Campaign overhead"))) == ["lab1", "lab2"]
 
 
 def test_jobs_without_a_timeline_are_named_and_left_out(every_host: Path, tmp_path: Path) -> None:

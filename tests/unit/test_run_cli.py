@@ -19,7 +19,11 @@ import yaml
 from ansible_runner.exceptions import ConfigurationError  # type: ignore[import-untyped]
 
 from fairbench.campaign.load import load_campaign
+from fairbench.cli import run as run_command
+from fairbench.cli.campaign_plan import summary_line
+from fairbench.cli.inventory_hosts import InventoryHosts
 from fairbench.cli.main import main
+from fairbench.fleet.forecast import LEAST, MOST, read_forecast
 
 REPO = Path(__file__).resolve().parents[2]
 CAMPAIGN = REPO / "campaigns" / "demo.yml"
@@ -84,6 +88,20 @@ def runner(monkeypatch: pytest.MonkeyPatch) -> FakeRunner:
     fake = FakeRunner()
     monkeypatch.setattr(ansible_runner, "run", fake)
     return fake
+
+
+@pytest.fixture(autouse=True)
+def inventory(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[str], str | None]]:
+    """ansible-inventory as it reads an inventory of two GPU hosts: each call's sources and limit."""
+    asked: list[tuple[list[str], str | None]] = []
+
+    def read(sources: list[str], limit: str | None = None) -> InventoryHosts:
+        asked.append((list(sources), limit))
+        hosts = ["gpu1", "gpu2"]
+        return InventoryHosts({"all": hosts, "gpu_hosts": hosts}, hosts, None)
+
+    monkeypatch.setattr(run_command, "read_inventory", read)
+    return asked
 
 
 def outcome(
@@ -511,3 +529,35 @@ def test_inventories_reach_ansible_playbook_as_it_finds_them_from_the_project(
     assert (runner.play["inventory"], runner.question["inventory"][1:]) == (sources, sources)
     code, _, err = outcome(project, capsys, "-i", "missing.yml")
     assert (code, err) == (2, "fairbench run: error: -i/--inventory: missing.yml does not exist\n")
+
+
+def test_the_plan_alone_is_printed_from_the_inventorys_hosts_and_nothing_is_played(
+    project: Path,
+    runner: FakeRunner,
+    inventory: list[tuple[list[str], str | None]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = outcome(project, capsys, "--plan", "--fresh", "-l", "gpu1")
+    assert (code, err) == (0, "")
+    assert inventory == [([str(project / "hosts.yml")], "gpu1")]
+    assert "playbook" not in {key for call in runner.calls for key in call}
+    lines = out.splitlines()
+    plan = lines.index(f"plan: 2 host(s) (gpu_hosts: gpu1, gpu2; {project / 'hosts.yml'}), placement spread")
+    assert (
+        lines[plan + 1]
+        == "  repeats of each level: 3 to 4; workload random: 4 levels; workload agentic: 3 levels"
+    )
+    assert lines[-1].startswith("  at the most: 20 jobs (each a server start), 140 points, 19,180 requests; ")
+    assert not (project / "results" / "demo").exists()
+
+
+def test_a_run_starts_with_its_plan_in_a_line_and_keeps_it_for_the_report(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = outcome(project, capsys, "--run-id", "r1", "--fresh")
+    assert code == 0
+    kept = read_forecast(project / "results" / "demo" / "r1")
+    assert kept is not None and kept.pools == {"gpu_hosts": ["gpu1", "gpu2"]}
+    assert kept.outlook[LEAST].jobs == 15 and kept.outlook[MOST].jobs == 20
+    assert summary_line(kept) in out.splitlines()
+    assert summary_line(kept).startswith("plan: 15 to 20 jobs, ")

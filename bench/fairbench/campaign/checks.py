@@ -93,6 +93,18 @@ def bound_problem(bound: Bound, value: object) -> str:
     return problem or f"must be {bound.describe()}, got {describe(value)}"
 
 
+def number_in(bound: Bound, stand_in: float) -> Callable[[Findings, str, object], float]:
+    """The check of a number (an integer too, not a boolean) inside ``bound``, as a float."""
+
+    def check(findings: Findings, path: str, value: object) -> float:
+        if isinstance(value, int | float) and not isinstance(value, bool) and bound.problem(value) is None:
+            return float(value)
+        findings.error(path, bound_problem(bound, value))
+        return stand_in
+
+    return check
+
+
 def bounded(bound: Bound) -> Callable[[Findings, str, object], int]:
     """The check of an integer inside ``bound``."""
 

@@ -8,6 +8,11 @@ At the top level:
 - ``accept_host_differences``: names of host facts (``fairbench.campaign.fleet_facts.FACTS``) that may differ
   between the hosts of a pool: such a difference is reported as a threat instead of stopping a spread
   campaign. Each name once; default none.
+- ``isolated_hosts``: true or false (``DEFAULT_ISOLATED_HOSTS``). Hosts found to share one machine
+  (fairbench.fleet.sharing) take jobs one at a time, since jobs measured on one machine at the same time
+  interfere; true declares that they do not (each has cores, memory and GPUs of its own), and they take
+  jobs at the same time. It names no host: the hosts are the inventory's, found sharing when the run
+  starts.
 
 In a config, each inherited through ``extends`` unless the config sets its own (``common`` takes neither:
 they place one config's server, they are no setting of the fair baseline):
@@ -32,7 +37,7 @@ from dataclasses import dataclass
 from fairbench.campaign.checks import Fields, bounded
 from fairbench.campaign.findings import Findings, describe
 from fairbench.campaign.fleet_facts import FACTS
-from fairbench.campaign.model import DEFAULT_NODES
+from fairbench.campaign.model import DEFAULT_ISOLATED_HOSTS, DEFAULT_NODES
 from fairbench.measure.bounds import NODES
 
 GROUP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -59,6 +64,14 @@ def host_fact_names(findings: Findings, path: str, value: object) -> tuple[str, 
         else:
             names[item] = None
     return tuple(names)
+
+
+def isolated_hosts(findings: Findings, path: str, value: object) -> bool:
+    """``isolated_hosts``: true or false."""
+    if isinstance(value, bool):
+        return value
+    findings.error(path, f"must be true or false, got {describe(value)}")
+    return DEFAULT_ISOLATED_HOSTS
 
 
 def _group(findings: Findings, path: str, value: object) -> str | None:

@@ -8,7 +8,10 @@ campaign may accept a difference by name (``accept_host_differences``), each hos
 (fairbench.fleet.equivalence). A host's report is one JSON object:
 
 - every name of ``FACTS``, each a JSON scalar (string or integer) or null;
-- ``reasons`` (``REASONS``): ``{fact: why it is null}``, one entry for each null fact and no other.
+- ``reasons`` (``REASONS``): ``{fact: why it is null}``, one entry for each null fact and no other;
+- ``machine`` (``MACHINE``): what tells which machine the host runs on (fairbench.hosts.machine:
+  ``MACHINE_FACTS`` and their own ``reasons``). Never compared for equivalence: two hosts share these
+  only when they are one machine, which fairbench.fleet.sharing finds.
 
 What is left out on purpose: the OS and the kernel (host.json records them; boxes of one kind may differ
 there and measure alike), and anything that differs between identical boxes (hostnames, UUIDs, serials).
@@ -41,3 +44,5 @@ FACTS: Final[Mapping[str, str]] = MappingProxyType(
 """Each fact a host must share with the others of its pool -> what it is, in one line."""
 REASONS: Final = "reasons"
 """The key of a host's report that says why each null fact is null."""
+MACHINE: Final = "machine"
+"""The key of a host's report that holds its machine facts (fairbench.hosts.machine)."""

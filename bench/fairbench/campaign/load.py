@@ -21,11 +21,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fairbench.campaign.checks import Fields, bounded, choice, mapping, unit_name_part, unit_string
+from fairbench.campaign.checks import Fields, bounded, choice, mapping, number_in, unit_name_part, unit_string
+from fairbench.campaign.decide import check_decide
 from fairbench.campaign.expand import expand
 from fairbench.campaign.findings import Findings
-from fairbench.campaign.fleet import host_fact_names
+from fairbench.campaign.fleet import host_fact_names, isolated_hosts
 from fairbench.campaign.model import (
+    DEFAULT_ISOLATED_HOSTS,
     DEFAULT_PLACEMENT,
     ENGINES,
     PLACEMENTS,
@@ -40,6 +42,7 @@ from fairbench.campaign.model import (
 )
 from fairbench.campaign.objectives import check_slo
 from fairbench.campaign.rules import (
+    check_expected_start,
     check_search,
     report_problems,
     warn_concurrency_above_capacity,
@@ -49,7 +52,7 @@ from fairbench.campaign.rules import (
 from fairbench.campaign.source import check_source, read_text, yaml_document
 from fairbench.campaign.structure import Layer, common_settings, config_layers
 from fairbench.campaign.workload import STAND_IN_WORKLOAD, check_workload, check_workloads
-from fairbench.measure.bounds import START_TIMEOUT_S
+from fairbench.measure.bounds import EXPECTED_START_S, START_TIMEOUT_S
 from fairbench.measure.slo import SloTarget
 
 
@@ -97,11 +100,15 @@ def _campaign(findings: Findings, document: object, base_dir: Path) -> Campaign:
     layers: dict[str, Layer] = top.get("configs", config_layers, {})
     workloads = _workloads(findings, top, base_dir, in_mapping=isinstance(document, dict))
     start_timeout_s = top.get("start_timeout_s", bounded(START_TIMEOUT_S), None)
+    expected_start_s = top.get("expected_start_s", number_in(EXPECTED_START_S, 0.0), None)
+    check_expected_start(findings, expected_start_s, start_timeout_s)
     placement = top.get("placement", choice(PLACEMENTS), DEFAULT_PLACEMENT)
     no_facts: tuple[str, ...] = ()
     accept_host_differences = top.get("accept_host_differences", host_fact_names, no_facts)
+    isolated = top.get("isolated_hosts", isolated_hosts, DEFAULT_ISOLATED_HOSTS)
     no_objectives: tuple[SloTarget, ...] = ()
     slo = top.get("slo", check_slo, no_objectives)
+    decide = top.get("decide", check_decide, None)
     configs = expand(findings, name, engine, model, common=common, layers=layers)
     report_problems(findings, configs, layers, placement)
     if engine == "sglang":
@@ -124,4 +131,7 @@ def _campaign(findings: Findings, document: object, base_dir: Path) -> Campaign:
         warnings=tuple(findings.warnings),
         placement=placement,
         accept_host_differences=accept_host_differences,
+        isolated_hosts=isolated,
+        expected_start_s=expected_start_s,
+        decide=decide,
     )

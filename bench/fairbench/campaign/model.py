@@ -18,13 +18,19 @@ A campaign file is one YAML mapping. It says what to compare (``configs``) and h
   judged against them and its goodput counted. Optional; empty or absent, there are none.
 - ``start_timeout_s``: how long a server may take to become healthy (optional; absent, the serving role's
   default applies).
+- ``expected_start_s``: how long a server is expected to take to become healthy, for the plan's estimate of
+  the campaign's cost (``fairbench.fleet.forecast``); optional, at most ``start_timeout_s``.
 - ``placement``: ``spread`` or ``every-host`` (``PLACEMENTS``), how the configs' servers are placed on the
   hosts of their pools; default ``spread``.
 - ``accept_host_differences``: host facts that may differ between the hosts of a pool; default none.
+- ``isolated_hosts``: true declares that hosts found to share a machine do not disturb each other, so they
+  take jobs at the same time; default false: they take them one at a time.
+- ``decide``: how the verdict decides, ``{margin_pct}``: the smallest difference that matters
+  (``fairbench.campaign.decide``); absent, none.
 
-The fleet keys (``placement``, ``accept_host_differences``, and each config's ``nodes``: the hosts its
-server spans, default 1, and ``hosts``: the inventory group it is pinned to, default null, the campaign's
-pool) are described in ``fairbench.campaign.fleet``.
+The fleet keys (``placement``, ``accept_host_differences``, ``isolated_hosts``, and each config's
+``nodes``: the hosts its server spans, default 1, and ``hosts``: the inventory group it is pinned to,
+default null, the campaign's pool) are described in ``fairbench.campaign.fleet``.
 
 The settings sections, in ``common`` and in a config:
 
@@ -95,6 +101,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from fairbench.measure.bounds import GPUS, Bound
+from fairbench.measure.decision import DecideRule
 from fairbench.measure.repeats import Repeats, repeats_to_json
 from fairbench.measure.slo import SloTarget, slo_to_json
 from fairbench.measure.workload import (
@@ -123,6 +130,8 @@ EVERY_HOST = "every-host"
 """Every config on every host of its pool: a comparison of the hosts."""
 PLACEMENTS = (SPREAD, EVERY_HOST)
 DEFAULT_PLACEMENT = SPREAD
+DEFAULT_ISOLATED_HOSTS = False
+"""Hosts found to share a machine take jobs one at a time unless the campaign says ``isolated_hosts``."""
 DEFAULT_NODES = 1
 """Hosts a config's server spans when neither it nor a config it extends says."""
 SCHEDULING_KEYS = ("nodes", "hosts")
@@ -135,9 +144,12 @@ TOP_KEYS = (
     "workloads",
     "common",
     "start_timeout_s",
+    "expected_start_s",
     "placement",
     "accept_host_differences",
+    "isolated_hosts",
     "slo",
+    "decide",
 )
 WORKLOAD_TOP_KEYS = ("workload", "workloads")
 """One of them is required: the campaign's one workload, or its named workloads."""
@@ -412,6 +424,12 @@ class Campaign:
     accept_host_differences: tuple[str, ...]
     """Host facts that may differ between the hosts of a pool (names of
     ``fairbench.campaign.fleet_facts.FACTS``)."""
+    expected_start_s: float | None = None
+    """How long a server is expected to take to become healthy, seconds; None: not declared."""
+    decide: DecideRule | None = None
+    """The verdict's margin; None: none (significant or within noise)."""
+    isolated_hosts: bool = DEFAULT_ISOLATED_HOSTS
+    """Whether hosts found to share a machine take jobs at the same time (fairbench.fleet.sharing)."""
 
     def to_json(self) -> dict[str, Any]:
         """The expanded campaign as plain data: campaign.json, and the Ansible module's facts."""
@@ -421,11 +439,16 @@ class Campaign:
             "engine": self.engine,
             "model": self.model,
             "start_timeout_s": self.start_timeout_s,
+            # Only where declared: campaign.json stays as it was for a campaign without it.
+            **({} if self.expected_start_s is None else {"expected_start_s": self.expected_start_s}),
             "placement": self.placement,
             "accept_host_differences": list(self.accept_host_differences),
+            # Only when true: campaign.json stays as it was for a campaign that leaves it out.
+            **({"isolated_hosts": True} if self.isolated_hosts else {}),
             "common": self.common.to_json(),
             "configs": {name: config.to_json() for name, config in self.configs.items()},
             **workloads_to_json(self.workloads),
+            "decide": self.decide.to_json() if self.decide else None,
             "slo": slo_to_json(self.slo),
             "warnings": list(self.warnings),
         }

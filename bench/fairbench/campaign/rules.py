@@ -3,7 +3,8 @@
 Errors: ``ep-size`` must divide ``tp-size``, ``enable-eplb`` needs ``ep-size`` > 1, a flag may not be
 given both in ``sim`` and in ``args``, a config's ``nodes`` must divide its GPUs (each host runs the same
 share), a server over several hosts holds no data-parallel replicas and needs ``placement: spread``, and
-``workload.search_resolution`` needs an SLO to search for.
+``workload.search_resolution`` needs an SLO to search for, and ``expected_start_s`` may not exceed
+``start_timeout_s``.
 Warnings: CUDA graph settings that differ from ``common`` (they make a comparison unfair unless that is
 its point), ``sim`` flags of a campaign whose engine is sglang, requests in flight above a config's
 ``max-running-requests`` (the excess requests queue in the server: a closed loop's levels, an open loop's
@@ -172,6 +173,15 @@ def warn_levels_without_their_concurrency(findings: Findings, path: str, workloa
             join_path(path, "prompts_per_level"),
             f"fewer prompts than the concurrency at level {', '.join(map(str, short))}: "
             "such a level never has that many requests in flight",
+        )
+
+
+def check_expected_start(findings: Findings, expected_s: float | None, timeout_s: int | None) -> None:
+    """A server expected to take longer to start than it may would never become healthy in time."""
+    if expected_s is not None and timeout_s is not None and expected_s > timeout_s:
+        findings.error(
+            "expected_start_s",
+            f"{expected_s:g} is above start_timeout_s {timeout_s}: every server would time out first",
         )
 
 

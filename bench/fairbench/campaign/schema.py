@@ -39,6 +39,7 @@ from fairbench.campaign.fleet_facts import FACTS
 from fairbench.campaign.model import (
     CONFIG_KEYS,
     DATASET_SUFFIX,
+    DEFAULT_ISOLATED_HOSTS,
     DEFAULT_NODES,
     DEFAULT_PLACEMENT,
     ENGINES,
@@ -67,7 +68,9 @@ from fairbench.measure.bounds import (
     AUTO_REPEATS,
     BURSTINESS,
     CONCURRENCY,
+    EXPECTED_START_S,
     HALF_WIDTH_PCT,
+    MARGIN_PCT,
     NODES,
     PREFIX_GROUPS,
     PROMPTS_PER_GROUP,
@@ -238,6 +241,12 @@ def _top_level() -> dict[str, Schema]:
             "description": "How long a server may take to become healthy, "
             f"{START_TIMEOUT_S.describe()}; absent, the serving role's default applies.",
         },
+        "expected_start_s": {
+            **_bounded(EXPECTED_START_S),
+            "description": "How long a server is expected to take to become healthy, "
+            f"{EXPECTED_START_S.describe()}, at most start_timeout_s: the plan's estimate of the campaign's "
+            "cost (fairbench validate --plan) counts it for each server start.",
+        },
         "placement": {
             "description": "spread: each config, and each repeat of it, runs on one host of its pool, the "
             "next free host taking the next job; every-host: every config runs on every host of its pool.",
@@ -251,6 +260,21 @@ def _top_level() -> dict[str, Schema]:
             "uniqueItems": True,
             "items": {"enum": list(FACTS)},
             "default": [],
+        },
+        "isolated_hosts": {
+            "description": "true: hosts found to share a machine (one kernel, one board, a GPU in common) do "
+            "not disturb each other, and take jobs at the same time; false: they take them one at a time.",
+            "type": "boolean",
+            "default": DEFAULT_ISOLATED_HOSTS,
+        },
+        "decide": {
+            "description": "How the verdict decides: margin_pct, the smallest difference that matters, in % "
+            "of the lower config's mean; each comparison is then ahead, equivalent, below the margin or "
+            "undecided. Absent: significant or within noise.",
+            "type": "object",
+            "properties": {"margin_pct": _bounded(MARGIN_PCT)},
+            "required": ["margin_pct"],
+            "additionalProperties": False,
         },
         "slo": {
             "description": "Service-level objectives each point is judged against, <metric>_p<q>_ms: "

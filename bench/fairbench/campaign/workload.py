@@ -28,7 +28,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TypeGuard
 
-from fairbench.campaign.checks import Fields, bound_problem, bounded, choice, mapping, named_entries
+from fairbench.campaign.checks import (
+    Fields,
+    bound_problem,
+    bounded,
+    choice,
+    mapping,
+    named_entries,
+    number_in,
+)
 from fairbench.campaign.findings import Findings, describe, join_path
 from fairbench.campaign.model import (
     DATASET_SUFFIX,
@@ -164,8 +172,8 @@ def _trace(locate: Locate) -> Callable[[Findings, str, object], Replay | None]:
     def check(findings: Findings, path: str, value: object) -> Replay | None:
         fields = mapping(findings, path, value, TRACE_WINDOW_KEYS, required=["path"])
         given = fields.get("path", _trace_path, None)
-        start_s = fields.get("start_s", _number_in(TRACE_SECONDS, 0.0), 0.0)
-        duration_s = fields.get("duration_s", _number_in(TRACE_DURATION_S, 1.0), None)
+        start_s = fields.get("start_s", number_in(TRACE_SECONDS, 0.0), 0.0)
+        duration_s = fields.get("duration_s", number_in(TRACE_DURATION_S, 1.0), None)
         count = fields.get("count", bounded(TRACE_REQUESTS), None)
         if given is None:
             return None
@@ -247,7 +255,7 @@ def _multi_turn(locate: Locate) -> Callable[[Findings, str, object], MultiTurn]:
             ),
             system_prompts=fields.get("system_prompts", bounded(SYSTEM_PROMPTS), default.system_prompts),
             think_time_s=fields.get(
-                "think_time_s", _number_in(THINK_TIME_S, default.think_time_s), default.think_time_s
+                "think_time_s", number_in(THINK_TIME_S, default.think_time_s), default.think_time_s
             ),
             sharegpt=fields.get("sharegpt", sharegpt, None),
         )
@@ -357,18 +365,6 @@ _request_rates = _numbers_in(REQUEST_RATE, "requests per second")
 _speedups = _numbers_in(SPEEDUP, "times as fast as recorded")
 
 
-def _number_in(bound: Bound, stand_in: float) -> Callable[[Findings, str, object], float]:
-    """The check of a number (an integer too) inside ``bound``, as a float."""
-
-    def check(findings: Findings, path: str, value: object) -> float:
-        if _is_number(value) and bound.problem(value) is None:
-            return float(value)
-        findings.error(path, bound_problem(bound, value))
-        return stand_in
-
-    return check
-
-
 def _auto_repeats_count(findings: Findings, path: str, value: object) -> int | None:
     """``min`` or ``max`` of automatic repeats; None where it breaks its range (reported)."""
     if within(value, AUTO_REPEATS):
@@ -385,7 +381,7 @@ def _auto_repeats(findings: Findings, path: str, value: object) -> AutoRepeats:
     given_minimum = fields.get("min", _auto_repeats_count, None)
     given_maximum = fields.get("max", _auto_repeats_count, None)
     half_width_pct = fields.get(
-        "half_width_pct", _number_in(HALF_WIDTH_PCT, default.half_width_pct), default.half_width_pct
+        "half_width_pct", number_in(HALF_WIDTH_PCT, default.half_width_pct), default.half_width_pct
     )
     if ("min" in fields and given_minimum is None) or ("max" in fields and given_maximum is None):
         return default  # a count out of its range, reported: no comparison with it
@@ -555,7 +551,7 @@ def check_workload(
     per = "the request rate" if open_loop else "the concurrency"
     largest_level = max(request_rate if open_loop else concurrency, default=1)
     arrival = TRACE if replay is not None else fields.get("arrival", choice(ARRIVALS), DEFAULT_ARRIVAL)
-    burstiness = fields.get("burstiness", _number_in(BURSTINESS, DEFAULT_BURSTINESS), DEFAULT_BURSTINESS)
+    burstiness = fields.get("burstiness", number_in(BURSTINESS, DEFAULT_BURSTINESS), DEFAULT_BURSTINESS)
     if open_loop and "burstiness" in fields and arrival == POISSON and burstiness != DEFAULT_BURSTINESS:
         findings.warn(
             join_path(path, "burstiness"),

@@ -24,11 +24,18 @@ from typing import Any
 
 from fairbench.campaign.findings import CampaignError
 from fairbench.campaign.load import load_campaign
+from fairbench.campaign.model import Campaign
 from fairbench.cli import run_dir, run_extra_vars, run_options
+from fairbench.cli.campaign_plan import campaign_forecast, history_dir, plan_lines, summary_line
+from fairbench.cli.inventory_hosts import InventoryError, read_inventory
 from fairbench.cli.run_display import RunDisplay
+from fairbench.cli.run_eta import RunEta
 from fairbench.cli.run_prompts import ask_secrets
 from fairbench.cli.usage import UsageError
 from fairbench.fleet.campaign_record import ResumeRefused, check_resume
+from fairbench.fleet.estimate import EstimateError
+from fairbench.fleet.forecast import Forecast, write_forecast
+from fairbench.fleet.plan import PlanError
 from fairbench.measure.results import new_run_id, run_id_problem
 
 ALLOW_CHANGED = "--allow-changed-campaign"
@@ -45,17 +52,23 @@ DESCRIPTION = (
     "write the report. The campaign file is checked first, before any host is touched. It shows each job as "
     "a host starts it, each concurrency level as it completes (its tokens/s, and whether it met the SLO) and "
     "each failure with its journal excerpt, and ends by printing the report's path. The run's directory "
-    "(results/CAMPAIGN/RUN_ID by default) holds the report, every config's results and ansible.log. The "
-    "exit status is ansible-playbook's."
+    "(results/CAMPAIGN/RUN_ID by default) holds the report, every config's results and ansible.log. It "
+    "starts with the campaign's plan in one line (its jobs, GPU-hours and wall time at the least and at the "
+    "most, kept as plan.json in the run's directory) and shows an ETA as jobs end; --plan prints the whole "
+    "plan and runs nothing. The exit status is ansible-playbook's."
 )
 EPILOG = """\
 examples:
   fairbench run campaigns/demo.yml -i inventory/lab.yml
   fairbench run campaigns/kimi-k2.6-pcie.yml -i inventory/my-hosts.yml --run-id first -C -D
   fairbench run campaigns/kimi-k2.6-pcie.yml -i inventory/my-hosts.yml --run-id first
+  fairbench run campaigns/kimi-k2.6-pcie.yml -i inventory/my-hosts.yml --plan
 
 The second prints what would change and which host would take which job, changing nothing (-C -D); the
-third runs it, and run again, resumes it.
+third runs it, and run again, resumes it; the fourth prints what it will cost and runs nothing. The plan
+learns the servers' start and the points' times from the newest earlier run of the campaign beside the
+run's directory (or --from RUN_DIR; --fresh: none), else from the campaign's expected_start_s and, with
+engine sim, the simulator's model (docs/metrics.md has its formulas).
 
 ansible-playbook's options above are spelled as ansible-playbook spells them and handed on to it, one by
 one rather than everything after --, because ansible-playbook runs here without a terminal: fairbench asks
@@ -127,6 +140,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="fairbench's project (playbooks/, roles/, ansible.cfg); default: found from here or the package",
     )
     parser.add_argument(
+        "--plan",
+        action="store_true",
+        help="print the campaign's plan on the inventory's hosts (jobs, levels, repeats, points, requests, "
+        "GPU-hours, wall time; at the least and at the most) and exit, running nothing",
+    )
+    parser.add_argument(
+        "--from",
+        dest="earlier_run",
+        type=Path,
+        metavar="RUN_DIR",
+        help="learn the plan's times from this run of the campaign (default: the newest beside this run)",
+    )
+    parser.add_argument("--fresh", action="store_true", help="learn the plan's times from no earlier run")
+    parser.add_argument(
         "--live",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -185,6 +212,14 @@ def run(args: argparse.Namespace) -> int:
             return _runtime_error(str(exc))
         except AnsibleRunnerException as exc:
             return _runtime_error(f"ansible-runner: {exc}")
+        plan = _plan(campaign, args, inventories, where)
+        if args.plan:
+            if plan is None:
+                return 1
+            print("\n".join(plan_lines(plan)))
+            return 0
+        if plan is not None:
+            print(summary_line(plan))
         try:
             check_resume(
                 where, campaign.to_json(), allow_changed=args.allow_changed_campaign, allowed_by=ALLOW_CHANGED
@@ -193,6 +228,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"fairbench run: error: {exc}", file=sys.stderr)
             return 2
         log = _log_in(where)
+        # Check mode writes no queue: no plan to set against it, nor an ETA.
+        if plan is not None and log is not None and not args.ansible_check:
+            display.eta = _kept(plan, where)
         if log is not None:
             print(f"ansible's output, as it runs: {log}")
             envvars = {**runner_options["envvars"], "ANSIBLE_LOG_PATH": str(log)}
@@ -229,6 +267,35 @@ def run(args: argparse.Namespace) -> int:
         where_said = f"; {log} has its whole output" if log else ""
         print(f"ansible-playbook failed (rc {rc}){where_said}")
     return rc
+
+
+def _plan(
+    campaign: Campaign, args: argparse.Namespace, inventories: list[str], where: Path
+) -> Forecast | None:
+    """The campaign's plan on the inventory's hosts, learning from the newest run beside ``where`` (or the
+    one --from names); None, said why, where it cannot be made: a run goes on without it."""
+    if args.fresh and args.earlier_run is not None:
+        raise UsageError("--fresh: learns from no earlier run, and --from names one")
+    earlier = history_dir(campaign, args.earlier_run, results=where.parent, fresh=args.fresh)
+    try:
+        hosts = read_inventory(inventories, args.limit)
+        return campaign_forecast(
+            campaign, hosts, inventory_name=", ".join(args.inventory), history_dir=earlier
+        )
+    except (InventoryError, PlanError, EstimateError) as exc:
+        print(f"fairbench run: {'error' if args.plan else 'no plan'}: {exc}", file=sys.stderr)
+        return None
+
+
+def _kept(plan: Forecast, where: Path) -> RunEta | None:
+    """The plan written into the run's directory, for the report (plan.json), and its ETA; None, said why,
+    where it cannot be written."""
+    try:
+        write_forecast(where, plan)
+    except OSError as exc:
+        print(f"fairbench run: the plan not kept in {where}: {exc.strerror or exc}", file=sys.stderr)
+        return None
+    return RunEta(plan, where)
 
 
 def _runner_options(private_dir: str, project: Path, passwords: dict[str, str]) -> dict[str, Any]:

@@ -5,7 +5,8 @@ starts, ``bench_unfetched`` the job that ended, ``bench_outcomes`` how each ende
 task's retries carry the sweep's progress (``fairbench_sweep_status``), its last the job's result: the
 display reads those, not task names, so renaming a task changes nothing. Lasting lines (a job, a finished
 point, an outcome, a failure) are printed once; on a terminal, the sweeps in flight share one status line
-redrawn below them.
+redrawn below them. Given the run's plan (``cli.run_eta``), it also says when the run is expected to end:
+on the status line, and without a terminal after each job's outcome.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from fairbench.cli.run_eta import Eta, RunEta
 from fairbench.measure.status import quoted_journal
 
 PLAIN_PROGRESS_EVERY_S = 30.0
@@ -53,7 +55,10 @@ class RunDisplay:
     """The run's results on the control node, once a config has named its directory in it."""
     report_paths: list[str] = field(default_factory=list)
     failed_configs: list[str] = field(default_factory=list)
+    eta: RunEta | None = None
+    """The run's ETA, from its plan; None: none shown."""
     _status_shown: bool = False
+    _eta_now: Eta | None = None
 
     def handle(self, event: dict[str, Any]) -> bool:
         """ansible-runner's event_handler: shows what the event says; False, so runner keeps no event file."""
@@ -99,11 +104,16 @@ class RunDisplay:
             ranks = job.get("hosts") or []
             over = f" over {' + '.join(ranks)}" if len(ranks) > 1 else ""
             self._line(f"{host_name} {host.config}: job {job.get('id', host.config)}{over}")
+            self._estimate()
         if facts.get("bench_unfetched"):
             host.config_open = False
         outcomes: list[dict[str, Any]] = facts.get("bench_outcomes") or []
         for outcome in outcomes[host.outcomes_shown :]:
             self._outcome(host_name, host, outcome)
+        if len(outcomes) > host.outcomes_shown:
+            self._estimate()
+            if not self.live and self._eta_now is not None and self._eta_now.done < self._eta_now.jobs:
+                self._line(self._eta_now.text(time.time()))
         host.outcomes_shown = max(host.outcomes_shown, len(outcomes))
         if "paths" in result and str(data.get("task_action", "")).endswith("fairbench_report"):
             self.report_paths = [str(path) for path in result["paths"]]
@@ -164,9 +174,16 @@ class RunDisplay:
         ]
         if not flying:
             return
+        if self._eta_now is not None:
+            flying.append(self._eta_now.text(time.time()))
         self.stream.write("\r\033[K" + " | ".join(flying))
         self._status_shown = True
         self.stream.flush()
+
+    def _estimate(self) -> None:
+        """The ETA again, now that a job started or ended (``cli.run_eta``)."""
+        if self.eta is not None:
+            self._eta_now = self.eta.estimate() or self._eta_now
 
     def close(self) -> None:
         """Ends the status line, so what follows starts on a line of its own."""

@@ -7,6 +7,12 @@ one that starts, sweeps and stops every rank); later claimers that are eligible 
 in the order they came) and wait until it ends; its leader runs it once it has all its hosts. Jobs are
 gathered in plan order, so two servers can never each hold half the hosts the other needs.
 
+Hosts that share one machine (``machines``: fairbench.fleet.sharing) take jobs one at a time, unless the
+campaign declares its hosts isolated: a host whose machine is busy with another job (one a host sharing
+it leads or joined) waits, and once the machine is free the host that has waited longest for it goes
+first (``waiting_for_machine``), so hosts of one machine take turns: none waits longer than a job of each
+of the others. A server over several hosts of one machine is one job: its hosts join it together.
+
 A re-run of the same run id resumes: a job runs again (its sweep measures only the points missing), but
 only on the host that measured it before (``sticky``, learned from the previous fleet.json and from the
 points already in the results tree), so one job's points never end up split over two host directories.
@@ -16,11 +22,14 @@ The file is JSON, rewritten whole (through a temporary file and a rename) under 
 ``.fleet.json.lock``, so concurrent claims from every host's Ansible worker see one consistent queue. Keys:
 
 - ``placement``, ``pools`` (name: hosts), ``excluded`` (host: why it takes no job), ``equivalence`` (the
-  hosts' facts and differences, ``fleet.equivalence``);
+  hosts' facts and differences, ``fleet.equivalence``), ``machines`` (the hosts that share a machine, and
+  whether the campaign declared its hosts isolated, ``fleet.sharing``);
 - ``jobs``: the plan (``Job.to_json``), each with ``state`` (one of ``STATES``), ``hosts`` (those running
   it, rank 0 first), ``sticky``, ``claimed_at`` and ``finished_at`` (epoch seconds on the control node),
   ``reason`` (why it failed or was not placed);
 - ``finished_hosts``: the hosts told they are done;
+- ``waiting_for_machine``: host -> when (epoch seconds) it was first told to wait for the machine it
+  shares, for each host waiting so now;
 - ``repeats``: the campaign's (``measure.repeats``: a count, or automatic), and under automatic repeats
   ``judged``: per config, the repeats it got and why no more were added.
 
@@ -46,6 +55,7 @@ from typing import Any
 
 from fairbench.campaign.model import SPREAD
 from fairbench.fleet.plan import Job
+from fairbench.fleet.sharing import serialised
 from fairbench.measure.repeats import (
     JUDGED_METRIC,
     AutoRepeats,
@@ -71,6 +81,10 @@ RUN = "run"
 WAIT = "wait"
 DONE = "done"
 """What a claim answers: run this job, wait and claim again, or nothing is left for this host."""
+WAIT_POLL_S = 0.2
+"""How often a claim that waits (``Queue.claim`` with ``wait_s``) claims again: a read of fleet.json under
+its lock, far cheaper than the task a host would otherwise run for each claim, and soon enough that a
+freed machine or a gathered server is taken at once."""
 
 
 @dataclass(frozen=True)
@@ -120,11 +134,26 @@ class QueueState:
         for job in self.jobs:
             if job["state"] in (GATHERING, RUNNING) and host in job["hosts"]:
                 return self._joined(job, host, now)
+        busy: dict[str, Any] | None = None
         for job in self.jobs:
-            if job["state"] in OPEN and self._may_take(job, host):
-                job["hosts"].append(host)
-                job["state"] = GATHERING
-                return self._joined(job, host, now)
+            if job["state"] not in OPEN or not self._may_take(job, host):
+                continue
+            blocking = self._machine_busy(host, job)
+            if blocking is not None:
+                busy = busy or blocking
+                continue
+            ahead = self._waited_longer(host)
+            if ahead is not None:
+                return self._wait_for_machine(host, now, f"{ahead} shares its machine and has waited longer")
+            self._stop_waiting(host)
+            job["hosts"].append(host)
+            job["state"] = GATHERING
+            return self._joined(job, host, now)
+        if busy is not None:
+            sharing = [other for other in busy["hosts"] if other in self._sharing(host)]
+            why = f"shares its machine with {', '.join(sharing)}, busy with {busy['id']}"
+            return self._wait_for_machine(host, now, why)
+        self._stop_waiting(host)
         self._unplace_stuck()
         if any(job["state"] in OPEN and self._may_take(job, host) for job in self.jobs):
             return Claim(WAIT, why="a server over several hosts is being gathered")
@@ -141,7 +170,56 @@ class QueueState:
         hosts without it are unplaced, so no other host waits for it."""
         if host not in self.finished_hosts:
             self.finished_hosts.append(host)
+        self._stop_waiting(host)
         self._unplace_stuck()
+
+    def _sharing(self, host: str) -> list[str]:
+        """The other hosts that share a machine with ``host`` and take jobs one at a time with it."""
+        for group in serialised(self.data.get("machines")):
+            if host in group:
+                return [other for other in group if other != host]
+        return []
+
+    def _machine_busy(self, host: str, job: dict[str, Any]) -> dict[str, Any] | None:
+        """The job, other than ``job``, that a host sharing ``host``'s machine leads or joined, while it is
+        gathered or runs; None when the machine is free for ``job``."""
+        sharing = self._sharing(host)
+        for other in self.jobs:
+            active = other is not job and other["state"] in (GATHERING, RUNNING)
+            if active and any(each in sharing for each in other["hosts"]):
+                return other
+        return None
+
+    def _could_start(self, host: str) -> bool:
+        """Whether ``host`` may take or join some job now, its machine free for it."""
+        return any(
+            job["state"] in OPEN and self._may_take(job, host) and self._machine_busy(host, job) is None
+            for job in self.jobs
+        )
+
+    def _waited_longer(self, host: str) -> str | None:
+        """A host sharing ``host``'s machine that has waited for it longer and could start a job now: it
+        goes first (the earliest wait; ``host`` not waiting, any wait is longer)."""
+        waiting: dict[str, float] = self.data.get("waiting_for_machine") or {}
+        order = list(waiting)
+        mine = (waiting[host], order.index(host)) if host in waiting else None
+        ahead = [
+            other
+            for other in self._sharing(host)
+            if other in waiting
+            and (mine is None or (waiting[other], order.index(other)) < mine)
+            and self._could_start(other)
+        ]
+        return min(ahead, key=lambda other: (waiting[other], order.index(other)), default=None)
+
+    def _wait_for_machine(self, host: str, now: float, why: str) -> Claim:
+        """Wait for the machine ``host`` shares, noting since when (once: a retried wait changes nothing)."""
+        self.data.setdefault("waiting_for_machine", {}).setdefault(host, now)
+        return Claim(WAIT, why=why)
+
+    def _stop_waiting(self, host: str) -> None:
+        """``host`` no longer waits for its machine: it takes a job, or has none to wait for."""
+        (self.data.get("waiting_for_machine") or {}).pop(host, None)
 
     def finish(
         self,
@@ -279,15 +357,18 @@ def new_state(
     equivalence: Mapping[str, Any] | None,
     sticky: Mapping[str, Sequence[str]],
     repeats: Repeats = 1,
+    machines: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A fresh queue of ``jobs``: every job pending, led by its sticky hosts where it has them, but those
-    with too few usable hosts (their pool's others failed to deploy), unplaced at once."""
+    with too few usable hosts (their pool's others failed to deploy), unplaced at once; ``machines``: the
+    hosts that share a machine (``fleet.sharing.machines_json``), None where none was judged."""
     data: dict[str, Any] = {
         "placement": placement,
         "repeats": repeats_to_json(repeats),
         "pools": {name: list(hosts) for name, hosts in pools.items()},
         "excluded": dict(excluded),
         "equivalence": dict(equivalence) if equivalence is not None else None,
+        "machines": dict(machines) if machines is not None else None,
         "jobs": [
             {
                 **job.to_json(),
@@ -301,6 +382,7 @@ def new_state(
             for job in jobs
         ],
         "finished_hosts": [],
+        "waiting_for_machine": {},
     }
     queued: list[dict[str, Any]] = data["jobs"]
     for job in queued:
@@ -372,9 +454,23 @@ class Queue:
         data: dict[str, Any] = json.loads(self.path.read_text(encoding="utf-8"))
         return data
 
-    def claim(self, host: str, finished: Finished | None = None, *, leaving: bool = False) -> Claim:
+    def claim(
+        self, host: str, finished: Finished | None = None, *, leaving: bool = False, wait_s: float = 0.0
+    ) -> Claim:
         """The next job for ``host``, after recording how the one it ran before ended (``finished``); with
-        ``leaving``, none: the host takes no job (``QueueState.leave``)."""
+        ``leaving``, none: the host takes no job (``QueueState.leave``). With ``wait_s``, while the answer
+        is wait, claims again every ``WAIT_POLL_S`` until it is not or ``wait_s`` has passed: a host that
+        waits long (for its machine, a server's other hosts) runs one task per ``wait_s``."""
+        deadline = time.monotonic() + wait_s
+        claim = self._claim_once(host, finished, leaving=leaving)
+        changed = claim.changed
+        while claim.answer == WAIT and time.monotonic() < deadline:
+            time.sleep(WAIT_POLL_S)
+            claim = self._claim_once(host, None, leaving=False)
+            changed = changed or claim.changed
+        return replace(claim, changed=changed)
+
+    def _claim_once(self, host: str, finished: Finished | None, *, leaving: bool) -> Claim:
         with self._locked():
             before = self.read()
             state = QueueState(json.loads(json.dumps(before)))

@@ -1,7 +1,8 @@
 """``collect``: a GPU host's fleet facts, the facts that must match between equivalent hosts of a pool.
 
-Which facts they are (``FACTS``) and the shape of the answer (every fact, and ``REASONS``) are the
-campaign's: fairbench.campaign.fleet_facts.
+Which facts they are (``FACTS``) and the shape of the answer (every fact, ``REASONS`` and ``MACHINE``)
+are the campaign's: fairbench.campaign.fleet_facts. ``MACHINE`` holds what tells which machine the host
+runs on (fairbench.hosts.machine), from the same nvidia-smi answer.
 
 Nothing here raises: a fact that cannot be read is null with its reason, so the comparison names it.
 SGLang's versions are read by running the SGLang venv's Python once on a few lines of importlib.metadata
@@ -18,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from fairbench import __version__
-from fairbench.campaign.fleet_facts import FACTS, REASONS
+from fairbench.campaign.fleet_facts import FACTS, MACHINE, REASONS
 from fairbench.hosts.gpu import GpuFacts, GpuFactsError
 from fairbench.hosts.gpu import collect as collect_gpu_facts
+from fairbench.hosts.machine import collect as collect_machine_facts
 
 NCCL_DISTRIBUTIONS = ("nvidia-nccl-cu13", "nvidia-nccl-cu12")
 """The distributions that bring NCCL into the SGLang venv, the first installed one counting."""
@@ -93,6 +95,7 @@ class _Facts:
     def __init__(self) -> None:
         self.values: dict[str, Any] = {}
         self.reasons: dict[str, str] = {}
+        self.machine: dict[str, Any] = {}
 
     def set(self, fact: str, value: Any, reason: str) -> None:
         """``value``, or null with ``reason`` when it is None."""
@@ -101,12 +104,12 @@ class _Facts:
             self.reasons[fact] = reason
 
     def to_json(self) -> dict[str, Any]:
-        return {**{fact: self.values[fact] for fact in FACTS}, REASONS: self.reasons}
+        return {**{fact: self.values[fact] for fact in FACTS}, REASONS: self.reasons, MACHINE: self.machine}
 
 
 def collect(*, sglang_python: str | None, nvidia_smi: str = "nvidia-smi") -> dict[str, Any]:
-    """This host's ``FACTS`` and ``reasons`` (fairbench.campaign.fleet_facts); ``sglang_python`` is the
-    SGLang venv's interpreter (None: the host has no SGLang), ``nvidia_smi`` the nvidia-smi to run."""
+    """This host's ``FACTS``, ``reasons`` and ``machine`` (fairbench.campaign.fleet_facts); ``sglang_python``
+    is the SGLang venv's interpreter (None: the host has no SGLang), ``nvidia_smi`` the nvidia-smi to run."""
     facts = _Facts()
     _gpu_facts(facts, nvidia_smi)
     facts.set("cuda_toolkit", *_cuda_toolkit())
@@ -128,6 +131,7 @@ def _gpu_facts(facts: _Facts, nvidia_smi: str) -> None:
     facts.set("gpu_count", len(gpu.gpus), "")
     facts.set("driver", gpu.driver_version, no_gpus)
     facts.set("cuda", gpu.cuda_version, gpu.reason or f"{nvidia_smi} says CUDA Version: N/A (no libcuda)")
+    facts.machine = collect_machine_facts([each.uuid for each in gpu.gpus])
 
 
 def _cuda_toolkit() -> tuple[str | None, str]:

@@ -82,6 +82,9 @@ AUTO_REPEATS = Bound(2, 1_000, "repeats")
 HALF_WIDTH_PCT = Bound(0.01, 100, "percent of the mean", integer=False)
 """Automatic repeats' target: the 95 % interval's half-width. No throughput is steadier than ±0.01 %
 (every level would run to its most repeats); beyond ±100 % the interval says nothing."""
+MARGIN_PCT = Bound(0.01, 100, "percent of the lower mean", integer=False)
+"""The verdict's margin, the smallest difference that matters (``decision``): below ±0.01 % no two configs
+are ever equivalent; beyond 100 % nothing is ever ahead."""
 SEARCH_RESOLUTION = Bound(1, 100_000, "requests in flight")
 """How close the search brings the last concurrency level meeting the SLO and the first that does not: at
 most CONCURRENCY's range."""
@@ -112,6 +115,8 @@ SEED = Bound(0, 2**32 - 1, "(a 32-bit seed)")
 """numpy and SGLang's ``random-seed`` take 32-bit seeds."""
 START_TIMEOUT_S = Bound(1, 7 * 24 * 3600, "seconds")
 """Loading the largest models from a cold disk takes an hour; a week is surely a typo."""
+EXPECTED_START_S = Bound(0.0, 7 * 24 * 3600.0, "seconds", integer=False)
+"""How long a server is expected to take to start, for the plan: at most what a start may take."""
 CONNECT_TIMEOUT_S = Bound(0.001, 3600.0, "seconds", integer=False)
 READ_TIMEOUT_S = Bound(0.001, 86_400.0, "seconds", integer=False)
 SHARE = Bound(0.0, 1.0, "(a share)", integer=False)

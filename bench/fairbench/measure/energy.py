@@ -7,7 +7,8 @@ it take the last one, and joins it. Per GPU, the thread reads:
 - at the start and at the stop, ``nvmlDeviceGetTotalEnergyConsumption`` (mJ since the driver loaded; Volta
   and newer) where the GPU has that counter, and a power sample;
 - in between, every 1/hz seconds, ``nvmlDeviceGetPowerUsage`` (mW), stamped with ``perf_counter_ns`` (the
-  clock the sweep's ``duration_s`` is measured on).
+  clock the sweep's ``duration_s`` is measured on), and with each power sample the GPU's clocks, clock-event
+  reasons and temperature (``gpu_state.read_state``; :meth:`EnergySampler.states` after the window).
 
 Per GPU, with its samples (t_i, P_i) from the first (t_0) to the last (t_n):
 
@@ -40,6 +41,7 @@ from time import perf_counter_ns
 from types import TracebackType
 from typing import Any
 
+from fairbench.measure.gpu_state import GpuState, StateSample, gpu_state, read_state
 from fairbench.measure.metrics import energy_metrics, mean_power_w
 
 DEFAULT_HZ = 20.0
@@ -129,6 +131,7 @@ class EnergySampler:
         self._stopping = threading.Event()
         self._first_taken = threading.Event()
         self._samples: list[list[tuple[int, int]]] = []
+        self._states: list[list[StateSample]] = []
         self._counters: list[list[tuple[int, int]]] = []
         self._error: Exception | None = None
         self._closed = False
@@ -181,6 +184,7 @@ class EnergySampler:
         self._stopping.clear()
         self._first_taken.clear()
         self._samples = [[] for _ in self.gpus]
+        self._states = [[] for _ in self.gpus]
         self._counters = [[] for _ in self.gpus]
         self._error = None
         self._thread = threading.Thread(target=self._sample, name="fairbench-energy", daemon=True)
@@ -199,6 +203,11 @@ class EnergySampler:
         if self._error is not None:
             raise EnergyUnavailable(f"an NVML reading failed: {self._error}") from self._error
         return [self._gpu_energy(slot) for slot in range(len(self.gpus))]
+
+    def states(self) -> list[GpuState]:
+        """Each GPU's state over the last window (``gpu_state.gpu_state``), those that read anything."""
+        found = (gpu_state(index, samples) for index, samples in zip(self.gpus, self._states, strict=True))
+        return [state for state in found if state is not None]
 
     def _sample(self) -> None:
         """The thread: counters and power at the start, power every period, power and counters at the stop."""
@@ -229,6 +238,7 @@ class EnergySampler:
         for slot, handle in enumerate(self._handles):
             milliwatts = int(self._nvml.nvmlDeviceGetPowerUsage(handle))
             self._samples[slot].append((perf_counter_ns(), milliwatts))
+            self._states[slot].append(read_state(self._nvml, handle))
 
     def _gpu_energy(self, slot: int) -> GpuEnergy:
         times_ns = [time_ns for time_ns, _ in self._samples[slot]]

@@ -1,8 +1,10 @@
 """Cross-checks of a point against the server's own counters and the client's own use: each flag names
-the numbers it casts doubt on, and says why.
+the numbers it casts doubt on, and says why; what they see of the server's own behaviour, which casts no
+doubt on what the point measures, is an observation instead.
 
 A flag is ``{"flag": NAME, "on": [point keys], "reason": words}``; a point's ``flags`` lists those raised
-(none: ``[]``). The checks, each with its threshold:
+(none: ``[]``). An observation is ``{"observation": NAME, "reason": words}``; a point's ``observations``
+lists those made. The checks, each with its threshold:
 
 - ``server_tokens_differ``: the server's generation-token delta over the point (server_metrics.py) is
   not the output tokens the client received. Checked only when every request succeeded (a failed one's
@@ -11,10 +13,16 @@ A flag is ``{"flag": NAME, "on": [point keys], "reason": words}``; a point's ``f
   requests the client had in flight. Where the server has SGLang's latency histograms, both sides by
   Little's law over the same point: the server's requests past its queue (``server_in_flight_mean`` less
   ``server_queued_mean``) against the client's ``concurrency`` (C, but for the point's ramp and tail).
-  When its queue holds at least half of the shortfall, the server held them back (``max-running-
-  requests``, its KV cache); else the time went outside the server: the client was late sending or
-  reading. Without the histograms, the ``num_running_reqs`` gauge's mean over the steady window against
-  C, which reads low on real SGLang (refreshed at log points only, and blind to a prefill's requests).
+  When its queue holds at least half of the shortfall, the server held them back: where its running-
+  requests gauge reached RUNNING_SHARE_MIN of C at some sample of the point (``server_running_max``), it
+  can run C at once and queued requests on their way in (waiting for a prefill, a batch slot), which is
+  what a server does at that load and what the point measures: the observation
+  ``queued_at_concurrency``, no flag. Where the gauge stayed below that, or was not sampled, it may be
+  capped (``max-running-requests``, its KV cache): the level measured a lower load than it names, a flag.
+  Where the queue does not hold half the shortfall, the time went outside the server: the client was
+  late sending or reading, a flag. Without the histograms, the ``num_running_reqs`` gauge's mean over the
+  steady window against C, which reads low on real SGLang (refreshed at log points only, and blind to a
+  prefill's requests).
 - ``prefix_reuse``: the share of the point's prompt tokens the server served from its prefix cache is far
   from the workload's design (``designed_cached_share``, metrics.cache_metrics). Measured per request where
   the server reported it (``cached_share``), else by its /metrics counters (``server_cached_tokens`` of
@@ -23,6 +31,12 @@ A flag is ``{"flag": NAME, "on": [point keys], "reason": words}``; a point's ``f
   design is exact, the cache lost the primed prefixes (evicted: too small for them) or never matched them.
   Other points' designs are an upper bound (requests of a group in flight together all miss), so only
   the excess is flagged.
+- ``server_metrics_failed``: a scrape of the server's ``/metrics`` during the point failed
+  (``server_metric_failures``): the checks against its counters are missing or rest on fewer samples. It
+  names no figure: what it doubts is the checks.
+- ``gpu_throttled``: a GPU's clocks were held down by a power or thermal limit
+  (``gpu_state.THROTTLE_REASONS``) in more than GPU_THROTTLED_SHARE_MAX of the point's samples: it
+  measured slower GPUs than the config's.
 - ``client_bound``: a client process was runnable (running, or waiting for a core) more than
   CLIENT_RUNNABLE_SHARE_MAX of the point, or its event loop woke more than CLIENT_LAG_MEAN_MAX_MS late on
   average: it read its streams late, from its own cost or starved of CPU by other processes.
@@ -33,6 +47,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from fairbench.measure.gpu_state import THROTTLE_REASONS
 from fairbench.measure.workload import PRIMED
 
 RUNNING_SHARE_MIN = 0.9
@@ -51,10 +66,16 @@ CHAT_TEMPLATE_TOKENS = 64
 """The prompt tokens a chat template puts before every message (role markers, a default system prompt):
 the same for every request, so a chat workload's prompts share them in the cache."""
 
+GPU_THROTTLED_SHARE_MAX = 0.05
+"""A limit reached for a sample or two of a point is the GPU touching its cap; held for more than 5 % of the
+point's samples it slowed a measurable share of the point."""
+
 TOKENS_ON = ["output_throughput", "total_output_tokens"]
 RUNNING_ON = ["max_concurrency", "output_throughput", "median_tpot_ms"]
 REUSE_ON = ["median_ttft_ms", "mean_ttft_ms", "input_throughput"]
 CLIENT_ON = ["output_throughput", "median_ttft_ms", "median_tpot_ms", "median_itl_ms"]
+GPU_ON = CLIENT_ON
+"""A slowed GPU slows every token: the same figures as a late client."""
 
 
 def _flag(name: str, on: list[str], reason: str) -> dict[str, Any]:
@@ -69,9 +90,33 @@ def allowed_cache_rate(api: str, mean_prompt_len: float, designed_share: float =
     return min(1.0, designed_share + shared / max(mean_prompt_len, 1.0) + CACHE_RATE_SLACK)
 
 
+def _observation(name: str, reason: str) -> dict[str, Any]:
+    return {"observation": name, "reason": reason}
+
+
+def server_observations(point: Mapping[str, Any], *, closed_loop: bool) -> list[dict[str, Any]]:
+    """What the checks against the server's counters saw of its behaviour without doubting the point."""
+    found = _running_check(point) if closed_loop else None
+    if found is None or found[0]:
+        return []
+    return [_observation("queued_at_concurrency", found[1])]
+
+
 def server_flags(point: Mapping[str, Any], *, api: str, closed_loop: bool) -> list[dict[str, Any]]:
     """The checks against the server's counters (``server_*`` fields of server_metrics.point_fields)."""
     flags = []
+    failures = point.get("server_metric_failures") or 0
+    if failures:
+        error = point.get("server_metric_error")
+        flags.append(
+            _flag(
+                "server_metrics_failed",
+                [],
+                f"{failures} scrape(s) of the server's /metrics failed during the point"
+                + (f" (the first: {error})" if error else "")
+                + ": the checks against its counters are missing or rest on fewer samples",
+            )
+        )
     generated = point.get("server_generation_tokens")
     received = point["total_output_tokens"]
     if generated is not None and point["completed"] == point["num_prompts"] and generated != received:
@@ -83,8 +128,8 @@ def server_flags(point: Mapping[str, Any], *, api: str, closed_loop: bool) -> li
                 f"{received:,}: another client used the server, or tokens were lost between them",
             )
         )
-    if closed_loop and (flag := _running_flag(point)) is not None:
-        flags.append(flag)
+    if closed_loop and (found := _running_check(point)) is not None and found[0]:
+        flags.append(_flag("running_below_concurrency", RUNNING_ON, found[1]))
     if (flag := _reuse_flag(point, api)) is not None:
         flags.append(flag)
     return flags
@@ -125,8 +170,10 @@ def _reuse_flag(point: Mapping[str, Any], api: str) -> dict[str, Any] | None:
     return _flag("prefix_reuse", REUSE_ON, reason)
 
 
-def _running_flag(point: Mapping[str, Any]) -> dict[str, Any] | None:
-    """``running_below_concurrency`` for a closed-loop point, or None."""
+def _running_check(point: Mapping[str, Any]) -> tuple[bool, str] | None:
+    """A closed-loop point whose server ran fewer than RUNNING_SHARE_MIN of C: whether that doubts the
+    point (``running_below_concurrency``) or is the server queueing at its load (``queued_at_concurrency``),
+    and why; None where it ran them, or nothing counted them."""
     in_server, queued = point.get("server_in_flight_mean"), point.get("server_queued_mean")
     if in_server is not None and queued is not None:
         running, wanted = in_server - queued, point["concurrency"]
@@ -148,14 +195,59 @@ def _running_flag(point: Mapping[str, Any]) -> dict[str, Any] | None:
         held = running + queued >= RUNNING_SHARE_MIN * wanted
     if running >= RUNNING_SHARE_MIN * wanted:
         return None
-    why = (
-        f"{queued:.1f} waited in its queue on average: the server held them back "
-        "(max-running-requests, its KV cache, or waiting for a prefill)"
-        if held
-        else f"only {queued:.1f} waited in its queue: the time went outside the server, the client was "
-        "late sending or reading them"
+    if not held:
+        return True, (
+            f"{what}; only {queued:.1f} waited in its queue: the time went outside the server, the client "
+            "was late sending or reading them"
+        )
+    level, most = point["max_concurrency"], point.get("server_running_max")
+    if most is not None and most >= RUNNING_SHARE_MIN * level:
+        return False, (
+            f"{what}; {queued:.1f} waited in its queue on average, and it ran up to {most:.0f} at once: it "
+            "queued requests on their way in (a prefill, a batch slot), as a server does at this load"
+        )
+    ran = (
+        "its running-requests gauge was not sampled" if most is None else f"it never ran more than {most:.0f}"
     )
-    return _flag("running_below_concurrency", RUNNING_ON, f"{what}; {why}")
+    return True, (
+        f"{what}; {queued:.1f} waited in its queue on average and {ran} at once (below "
+        f"{RUNNING_SHARE_MIN:.0%} of C={level}): it may be capped (max-running-requests, its KV cache), so "
+        "the level measured a lower load than it names"
+    )
+
+
+def gpu_flags(point: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The check of the GPUs' clock-event reasons (``gpu_state.point_fields``); none without them."""
+    share = point.get("gpu_throttled_share")
+    if share is None or share <= GPU_THROTTLED_SHARE_MAX:
+        return []
+    held = []
+    for state in point.get("gpu_state", []):
+        if state["throttled_share"] <= GPU_THROTTLED_SHARE_MAX:
+            continue
+        reasons = ", ".join(
+            f"{name} {shown:.0%}" for name, shown in state["clock_events"].items() if name in THROTTLE_REASONS
+        )
+        clocks = (
+            f"; SM clock {state['sm_clock_mhz_min']:,} MHz at its lowest"
+            if state.get("sm_clock_mhz_min") is not None
+            else ""
+        )
+        heat = (
+            f", {state['temperature_c_max']} °C at most" if state.get("temperature_c_max") is not None else ""
+        )
+        held.append(
+            f"GPU {state['index']} in {state['throttled_share']:.0%} of its samples ({reasons}{clocks}{heat})"
+        )
+    return [
+        _flag(
+            "gpu_throttled",
+            GPU_ON,
+            "a power or thermal limit held the GPU clocks down: "
+            + "; ".join(held)
+            + f" (above {GPU_THROTTLED_SHARE_MAX:.0%}): the point measured slower GPUs than the config's",
+        )
+    ]
 
 
 def client_flags(processes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

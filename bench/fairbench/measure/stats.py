@@ -233,6 +233,34 @@ def welch_p_value(values_a: Sequence[float], values_b: Sequence[float]) -> float
     return None if welch is None else _p_value(welch)
 
 
+def shifted_p_value(values_a: Sequence[float], values_b: Sequence[float], shift: float) -> float | None:
+    """The one-sided p-value of Welch's test of H0: m_a - m_b <= ``shift`` against m_a - m_b > shift: with
+    se and the unrounded Welch-Satterthwaite df as in :func:`welch_p_value`, p = P(T_df >= (d - shift) / se),
+    d = m_a - m_b. When both spreads are 0: 0 when d > shift, else 1. None with fewer than two values on a
+    side. H0: d >= shift against d < shift is the same test of B against A with -shift."""
+    welch = _welch(values_a, values_b)
+    if welch is None:
+        return None
+    excess = welch.difference - shift
+    if welch.standard_error == 0:
+        return 0.0 if excess > 0 else 1.0
+    t = excess / welch.standard_error
+    tail = t_two_sided_p(t, welch.df) / 2  # P(T >= |t|), exact to the smallest p
+    return tail if t >= 0 else 1.0 - tail
+
+
+def equivalence_p_value(values_a: Sequence[float], values_b: Sequence[float], margin: float) -> float | None:
+    """Two one-sided tests (TOST) that the means are within ``margin`` (> 0) of each other: H0: d <= -margin
+    and H0: d >= margin, each by :func:`shifted_p_value` (the second as B against A); p = the larger of the
+    two, so that rejecting at level alpha rejects both, and d lies within +-margin at that level. None with
+    fewer than two values on a side."""
+    below = shifted_p_value(values_a, values_b, -margin)
+    above = shifted_p_value(values_b, values_a, -margin)
+    if below is None or above is None:
+        return None
+    return max(below, above)
+
+
 def difference_interval_pct(
     values_a: Sequence[float], values_b: Sequence[float]
 ) -> tuple[float, float] | None:

@@ -45,7 +45,9 @@ from fairbench.measure.energy import (
     point_fields,
 )
 from fairbench.measure.event_loop import LAG_KEYS, collector_paused
+from fairbench.measure.gpu_state import point_fields as gpu_state_fields
 from fairbench.measure.load_phase import Phase, PhaseResult, drive
+from fairbench.measure.machine_load import cpu_times, load_fields
 from fairbench.measure.metrics import (
     NS_PER_MS,
     accept_length,
@@ -57,7 +59,7 @@ from fairbench.measure.metrics import (
     steady_window,
     turn_metrics,
 )
-from fairbench.measure.point_flags import client_flags, server_flags
+from fairbench.measure.point_flags import client_flags, gpu_flags, server_flags, server_observations
 from fairbench.measure.progress import Progress
 from fairbench.measure.records import RequestRecord
 from fairbench.measure.repeats import (
@@ -614,13 +616,16 @@ class Sweep:
             # server's counters are read (the scrape waited for, a few milliseconds).
             if energy is not None:
                 energy.start()
+            cpu_before = cpu_times()
             if self._server_metrics is not None:
                 self._server_metrics.begin()
             measured = await self._loop(
                 client, requests, level, workload, seed=pid, max_error_rate=spec.max_error_rate
             )
             scrapes = self._server_metrics.end() if self._server_metrics is not None else None
+            cpu_after = cpu_times()
             gpu_energy = self._stop_energy(energy, pid)
+            gpu_states = energy.states() if energy is not None else []
         records = sorted(measured.records, key=lambda record: record.index)
         duration_s = measured.duration_s
         in_flight = spec.in_flight(level)
@@ -673,6 +678,8 @@ class Sweep:
             "client_process_use": uses,
             **server,
             **energy_fields,
+            **gpu_state_fields(gpu_states),
+            **load_fields(cpu_before, cpu_after),
             "started_at": started_at,
             "fairbench_version": __version__,
         }
@@ -684,7 +691,12 @@ class Sweep:
             + (" (search probe)" if source == BISECT else "")
             + (" (stopped early: error rate)" if measured.stopped_early else "")
         )
-        point["flags"] = server_flags(point, api=spec.api, closed_loop=closed_loop) + client_flags(uses)
+        point["flags"] = [
+            *server_flags(point, api=spec.api, closed_loop=closed_loop),
+            *client_flags(uses),
+            *gpu_flags(point),
+        ]
+        point["observations"] = server_observations(point, closed_loop=closed_loop)
         for flag in point["flags"]:
             self.progress.note(f"{pid}: {flag['flag']}: {flag['reason']}")
         return point, records

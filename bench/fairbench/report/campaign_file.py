@@ -9,6 +9,7 @@ from typing import Any
 
 from fairbench.campaign.model import PLACEMENTS, workload_path, workloads_json
 from fairbench.fleet.campaign_record import earlier
+from fairbench.measure.decision import DECIDE_KEYS
 from fairbench.measure.json_rules import (
     FileReader,
     Rule,
@@ -40,6 +41,11 @@ def is_repeats(value: object) -> bool:
     return is_whole(value, 1)
 
 
+def is_decide(value: object) -> bool:
+    """campaign.json's ``decide``: ``measure.decision.DecideRule.to_json``'s mapping."""
+    return isinstance(value, Mapping) and set(value) == set(DECIDE_KEYS) and is_positive(value["margin_pct"])
+
+
 def is_placement(value: object) -> bool:
     return isinstance(value, str) and value in PLACEMENTS
 
@@ -52,6 +58,7 @@ CAMPAIGN_RULES: tuple[Rule, ...] = (
     Rule("configs", "an object", is_mapping, True),
     Rule("workloads", "an object", is_mapping, False),
     Rule("slo", "an object", is_mapping, False),
+    Rule("decide", "null or {margin_pct: a positive number}", or_null(is_decide), False),
     Rule("warnings", "a list of strings", list_of(is_text), False),
     Rule("placement", " or ".join(PLACEMENTS), is_placement, False),
     Rule("accept_host_differences", "a list of strings", list_of(is_text), False),

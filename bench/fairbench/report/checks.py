@@ -13,12 +13,17 @@ from collections.abc import Sequence
 from statistics import mean
 from typing import Any
 
-from fairbench.report.blocks import Block, Heading, Paragraph, Table
+from fairbench.report.blocks import Block, BulletList, Heading, Paragraph, Table
 from fairbench.report.figures import (
+    CLIENT_CPU_BUSY,
+    CLIENT_CPU_STEAL,
     CLIENT_PROCESSES,
     CLIENT_USE,
     FLAGS,
+    GPU_STATE,
+    GPU_THROTTLED,
     LOOP_LAGS,
+    OBSERVATIONS,
     OUTPUT_TOKENS,
     SEND_GAPS,
     SERVER_CACHED_TOKENS,
@@ -152,9 +157,46 @@ def _flags(line: Headline, level: Level, marks: FlagMarks) -> str:
     return found or ("none" if checked(level) else "-")
 
 
+def _gpu(level: Level) -> str:
+    """``1,755 MHz, 12 %``: the lowest SM clock of any GPU in any repeat, and the largest share of a
+    repeat's samples a power or thermal limit held a GPU down (``gpu_throttled_share``)."""
+    lowest = [
+        gpu["sm_clock_mhz_min"]
+        for point in level.points
+        for gpu in point.get(GPU_STATE, [])
+        if gpu.get("sm_clock_mhz_min") is not None
+    ]
+    throttled = _values(level, GPU_THROTTLED)
+    if not lowest and not throttled:
+        return "-"
+    clock = f"{min(lowest):,} MHz" if lowest else "-"
+    return f"{clock}, {100 * max(throttled):.0f} %" if throttled else clock
+
+
+def _client_cpu(level: Level) -> str:
+    """``62 / 0``: the client machine's busiest repeat's CPU busy share and its largest steal share, %."""
+    busy, steal = _values(level, CLIENT_CPU_BUSY), _values(level, CLIENT_CPU_STEAL)
+    if not busy:
+        return "-"
+    return f"{100 * max(busy):.0f} / {100 * max(steal):.0f}" if steal else f"{100 * max(busy):.0f} / -"
+
+
+MACHINE_COLUMNS = (
+    ("GPU SM clock lowest, throttled %", (GPU_STATE, GPU_THROTTLED), _gpu),
+    ("client machine CPU busy / steal %", (CLIENT_CPU_BUSY,), _client_cpu),
+)
+"""The machines' state, shown where a point of the config has it (a GPU host sampled through NVML; a
+client that read /proc/stat): its title, the keys that hold it, its cell."""
+
+
 def check_table(line: Headline, marks: FlagMarks) -> Table:
     """One row per level of a config (the module docstring)."""
     loop = loop_of(line.levels)
+    machine = [
+        (title, cell)
+        for title, keys, cell in MACHINE_COLUMNS
+        if any(point.get(key) is not None for point in line.result.points for key in keys)
+    ]
     rows = [
         [
             loop.cell(level) + marks.mark(line, level, level.load_key),
@@ -165,12 +207,14 @@ def check_table(line: Headline, marks: FlagMarks) -> Table:
             _runnable(level),
             f"{_worst(level, LOOP_LAGS[0])} / {_worst(level, LOOP_LAGS[1])}",
             _worst(level, SEND_GAPS[0]),
+            *(cell(level) for _, cell in machine),
             _flags(line, level, marks),
         ]
         for level in line.levels
     ]
     running = "running (share of max in flight)" if loop.open else "running (share of C)"
-    header = [loop.symbol, "tokens client / server", running, *HEADER]
+    header = [loop.symbol, "tokens client / server", running, *HEADER[:-1], *(title for title, _ in machine)]
+    header.append(HEADER[-1])
     return Table(header, rows, [True] * (len(header) - 1) + [False])
 
 
@@ -217,4 +261,31 @@ def checks_blocks(
         blocks += [Heading(heading_level + 1, "Flags raised"), found]
     elif any(checked(level) for line in headlines for level in line.levels):
         blocks.append(Paragraph("No check raised a flag on any point."))
+    seen = _observations(headlines, label)
+    if seen:
+        blocks += [Heading(heading_level + 1, "Observations"), Paragraph(OBSERVATIONS_NOTE), BulletList(seen)]
     return blocks
+
+
+OBSERVATIONS_NOTE = (
+    "What the checks saw of the servers' own behaviour that casts no doubt on what the points measure "
+    "(`bench/fairbench/measure/point_flags.py`): no figure is marked for it."
+)
+
+
+def _observations(headlines: Sequence[Headline], label: Label) -> list[str]:
+    """Each observation made at a level of a config: on how many of its repeats, and the first's reason."""
+    items = []
+    for line in headlines:
+        for level in line.levels:
+            found: dict[str, list[str]] = {}
+            for point in level.points:
+                for seen in point.get(OBSERVATIONS, []):
+                    found.setdefault(seen["observation"], []).append(seen["reason"])
+            repeats = len(level.points)
+            items += [
+                f"**{label(line.result)}** at {level.label}: `{name}` on {len(reasons)} of {repeats} "
+                f"repeats; the first: {reasons[0]}"
+                for name, reasons in found.items()
+            ]
+    return items

@@ -55,6 +55,7 @@ from fairbench.report.fleet_blocks import (
 from fairbench.report.fleet_file import Fleet
 from fairbench.report.formatting import Label, change, corrected_change, figure, labeller, setting_values
 from fairbench.report.load import Run
+from fairbench.report.planned import planned_blocks
 from fairbench.report.plots import pareto_flagged
 from fairbench.report.summary import (
     BEHIND,
@@ -263,6 +264,9 @@ def _unfair_pointer(pairs: Sequence[PairDifferences], runs: Sequence[Run]) -> st
         "undeclared setting difference(s)": len(threats(pairs)),
         "accepted host difference(s) touching the comparisons": len(accepted_threats(pairs)),
         "host fact(s) differing within a pool": sum(len(run.fleet.refused) for run in runs if run.fleet),
+        "machine(s) whose hosts ran jobs at the same time": sum(
+            len(run.fleet.shared_machines) for run in runs if run.fleet and run.fleet.isolated
+        ),
     }
     found = [f"{count} {what}" for what, count in counts.items() if count]
     if not found:
@@ -714,6 +718,7 @@ def run_blocks(
     blocks += turn_blocks(headlines, label)
     blocks += checks_blocks(headlines, label, marks, CHECKS_TITLE)
     blocks += overhead_blocks(run)
+    blocks += planned_blocks(run)
     failures = failure_blocks(run.configs, label)
     if failures:
         blocks += [Heading(2, "Failed configs"), *failures]

@@ -76,6 +76,15 @@ on them too (report/flags.py)."""
 # /metrics was not scraped.
 FLAGS = "flags"
 """The checks a point failed: each ``{"flag", "on", "reason"}`` (measure/point_flags.py)."""
+GPU_STATE = "gpu_state"
+"""Each GPU's clocks, clock-event reasons and temperature over the point (measure/gpu_state.py)."""
+GPU_THROTTLED = "gpu_throttled_share"
+CLIENT_CPU_BUSY = "client_cpu_busy_share"
+CLIENT_CPU_STEAL = "client_cpu_steal_share"
+"""The client machine's CPU over the point (measure/machine_load.py)."""
+OBSERVATIONS = "observations"
+"""What the checks saw of the server's behaviour without doubting the point: each ``{"observation",
+"reason"}`` (measure/point_flags.py)."""
 OUTPUT_TOKENS = "total_output_tokens"
 SERVER_SAMPLES = "server_metric_samples"
 """Present on every point whose server's /metrics was scraped (server_metrics.point_fields)."""
@@ -112,6 +121,9 @@ CHECK_NUMBERS = (
     "client_cpu_s",
     *LOOP_LAGS,
     *SEND_GAPS,
+    GPU_THROTTLED,
+    CLIENT_CPU_BUSY,
+    CLIENT_CPU_STEAL,
 )
 """The checks' keys that are a number, or null where not measured."""
 

@@ -1,11 +1,12 @@
 """The report's blocks about the fleet a run ran on: where each config ran (the headline's hosts), the
 hardware comparison (every-host), the campaign's overhead per host (fleet.timeline), and what fleet.json
-says the comparisons must take into account (accepted and refused host differences, jobs never finished).
+says the comparisons must take into account (accepted and refused host differences, hosts that share a
+machine, jobs never finished).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fairbench.fleet.queue import FAILED, OK
@@ -111,13 +112,41 @@ def _difference_item(difference: HostDifference) -> str:
     return f"pool `{difference.pool}`, `{difference.fact}`: {_by_value(difference.values)}"
 
 
+def sharing_alert(fleet: Fleet) -> Alert | None:
+    """The hosts found to share a machine (fleet.json's ``machines``), and what the run did about it: a
+    note where their jobs ran one at a time, a threat where the campaign declared them isolated; None where
+    no host shared."""
+    if not fleet.shared_machines:
+        return None
+    items = [machine.text for machine in fleet.shared_machines]
+    if fleet.isolated:
+        return Alert(
+            "threat",
+            "Hosts share a machine (fleet.json), and the campaign declared its hosts isolated "
+            "(`isolated_hosts: true`): their jobs ran at the same time, so a figure measured on one may "
+            "include the load of another's job.",
+            items,
+        )
+    return Alert(
+        "note",
+        "Hosts share a machine (fleet.json): the hosts of each took their jobs one at a time, so no job "
+        "was measured while another of them ran one (`isolated_hosts: true` in the campaign would run "
+        "them at the same time).",
+        items,
+    )
+
+
 def fleet_alerts(run: Run) -> list[Alert]:
-    """What fleet.json says went wrong: differences in host facts the campaign did not accept, and jobs
-    that never ended (their points are missing); none for a run without fleet.json."""
+    """What fleet.json says went wrong: differences in host facts the campaign did not accept, hosts that
+    share a machine, and jobs that never ended (their points are missing); none for a run without
+    fleet.json."""
     fleet = run.fleet
     if fleet is None:
         return []
     alerts = []
+    shared = sharing_alert(fleet)
+    if shared is not None:
+        alerts.append(shared)
     if fleet.refused:
         alerts.append(
             Alert(
@@ -206,7 +235,9 @@ OVERHEAD_INTRO = (
     "seconds on each job's rank-0 host). A job's overhead is the host's time between the previous job's "
     "last point and this job's first request, less this job's server load (unit start to healthy): "
     "(first_request_at - previous last_point_ended_at) - (healthy_at - unit_started_at) "
-    "(`fairbench.fleet.timeline`). `-`: the host's first job, or an instant the job did not record."
+    "(`fairbench.fleet.timeline`). `-`: the host's first job, or an instant the job did not record. Hosts "
+    "that share a machine and took their jobs one at a time (fleet.json) are timed as one: a job's gap runs "
+    "from the machine's previous job, whichever of them led it."
 )
 
 
@@ -219,15 +250,28 @@ def _run_jobs(run: Run) -> list[tuple[str, Job]]:
     return list(found.values())
 
 
+def _timed_as(run: Run) -> Callable[[str], str]:
+    """What a host's jobs are timed against: the host, or where hosts of one machine took their jobs one
+    at a time, the machine (``lab1, lab2 (one machine)``), whose jobs follow each other whichever host
+    leads them."""
+    owners: dict[str, str] = {}
+    if run.fleet is not None and not run.fleet.isolated:
+        for machine in run.fleet.shared_machines:
+            owners |= dict.fromkeys(machine.hosts, f"{', '.join(machine.hosts)} (one machine)")
+    return lambda host: owners.get(host, host)
+
+
 def run_overheads(run: Run) -> tuple[dict[str, list[JobOverhead]], dict[str, tuple[str, Job]]]:
-    """The campaign's overhead of each host's jobs in the order they ran (``fleet.timeline``), and the
-    config and job of each timed job id; a job that recorded no timeline is left out of both."""
+    """The campaign's overhead of each host's jobs in the order they ran (``fleet.timeline``; hosts of one
+    machine that took jobs one at a time as one, ``_timed_as``), and the config and job of each timed job
+    id; a job that recorded no timeline is left out of both."""
     timed = [
         (config, job) for config, job in _run_jobs(run) if job.timeline and job.timeline.started is not None
     ]
+    timed_as = _timed_as(run)
     by_host: dict[str, list[tuple[str, Timeline]]] = {}
     for _, job in timed:
-        for host in job.hosts:
+        for host in dict.fromkeys(map(timed_as, job.hosts)):
             by_host.setdefault(host, []).append((job.id, job.timeline or Timeline()))
     per_host = {host: host_overheads(host_jobs) for host, host_jobs in by_host.items()}
     return per_host, {job.id: (config, job) for config, job in timed}

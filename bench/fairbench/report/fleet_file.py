@@ -1,7 +1,8 @@
 """fleet.json (``fairbench.fleet.queue``) as the report reads it: the placement, the pools, the hosts'
 equivalence (``fairbench.fleet.equivalence``: the differences the campaign accepted and those it refused),
-the jobs of the queue and, under automatic repeats, how the queue judged each config's repeats
-(``judged``), each holding only what is well-formed; the rest is named, by key path.
+the hosts found to share a machine and whether the campaign declared its hosts isolated
+(``fairbench.fleet.sharing``), the jobs of the queue and, under automatic repeats, how the queue judged
+each config's repeats (``judged``), each holding only what is well-formed; the rest is named, by key path.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from fairbench.measure.json_rules import (
     checked_element,
     drop_broken,
     element,
+    is_finite,
+    is_host_list,
     is_list,
     is_mapping,
     is_text,
@@ -40,6 +43,15 @@ class HostDifference:
 
 
 @dataclass(frozen=True)
+class SharedMachine:
+    """Hosts found to share one machine (fleet.json's ``machines.shared``)."""
+
+    hosts: tuple[str, ...]
+    text: str
+    """What links them: ``lab1, lab2: one kernel, booted at ...`` (``fleet.sharing``)."""
+
+
+@dataclass(frozen=True)
 class FleetJob:
     """One job of fleet.json's queue, as far as the report reads it."""
 
@@ -50,6 +62,10 @@ class FleetJob:
     repeats: tuple[int, ...] = ()
     hosts: tuple[str, ...] = ()
     reason: str | None = None
+    claimed_at: float | None = None
+    """When it got all its hosts, epoch seconds on the control node; None where it never did."""
+    finished_at: float | None = None
+    """When its rank 0 said how it ended; None where it never did."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +91,11 @@ class Fleet:
     refused: tuple[HostDifference, ...] = ()
     facts: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Host -> its fleet facts (hosts.fleet_facts)."""
+    shared_machines: tuple[SharedMachine, ...] = ()
+    """Hosts found to share a machine; empty where none did, or fleet.json predates ``machines``."""
+    isolated: bool = False
+    """Whether the campaign declared its hosts isolated (``isolated_hosts``): hosts of one machine took jobs
+    at the same time; else one at a time."""
     jobs: tuple[FleetJob, ...] = ()
     judged: dict[str, Judged] = field(default_factory=dict)
     """Config -> how its automatic repeats were judged; empty under fixed repeats, every-host, or a
@@ -88,6 +109,9 @@ FLEET_RULES: tuple[Rule, ...] = (
     Rule("equivalence.accepted", "a list", is_list, False),
     Rule("equivalence.refused", "a list", is_list, False),
     Rule("equivalence.facts", "an object of objects", object_of(is_mapping), False),
+    Rule("machines", "null or an object", or_null(is_mapping), False),
+    Rule("machines.shared", "a list", is_list, False),
+    Rule("machines.isolated", "true or false", lambda value: isinstance(value, bool), False),
     Rule("jobs", "a list", is_list, False),
     Rule("judged", "an object", is_mapping, False),
 )
@@ -96,6 +120,10 @@ HOST_DIFFERENCE_RULES: tuple[Rule, ...] = (
     Rule("pool", "a string", is_text, True),
     Rule("fact", "a string", is_text, True),
     Rule("values", "an object", is_mapping, True),
+)
+SHARED_MACHINE_RULES: tuple[Rule, ...] = (
+    Rule("hosts", "a list of strings", is_host_list, True),
+    Rule("text", "a string", is_text, True),
 )
 JUDGED_RULES: tuple[Rule, ...] = (
     Rule("count", "a whole number of at least 1", whole(1), True),
@@ -108,6 +136,10 @@ FLEET_JOB_RULES: tuple[Rule, ...] = (
     Rule("repeats", "a list of whole numbers", list_of(whole(0)), False),
     Rule("hosts", "a list of strings", list_of(is_text), False),
     Rule("reason", "null or a string", or_null(is_text), False),
+    *(
+        Rule(key, "null or a finite number", or_null(is_finite), False)
+        for key in ("claimed_at", "finished_at")
+    ),
 )
 
 
@@ -117,6 +149,16 @@ def _host_differences(values: object, where: str, problems: list[str]) -> tuple[
         entry = checked_element(value, HOST_DIFFERENCE_RULES, f"{where}[{index}]", "difference", problems)
         if entry is not None:
             found.append(HostDifference(entry["pool"], entry["fact"], dict(entry["values"])))
+    return tuple(found)
+
+
+def _shared_machines(values: object, problems: list[str]) -> tuple[SharedMachine, ...]:
+    found = []
+    for index, value in enumerate(values if isinstance(values, list) else []):
+        where = f"machines.shared[{index}]"
+        entry = element(value, SHARED_MACHINE_RULES, where, "shared machine", problems)
+        if entry is not None:
+            found.append(SharedMachine(tuple(entry["hosts"]), entry["text"]))
     return tuple(found)
 
 
@@ -131,6 +173,8 @@ def _fleet_job(value: object, where: str, problems: list[str]) -> FleetJob | Non
         repeats=tuple(job.get("repeats", ())),
         hosts=tuple(job.get("hosts", ())),
         reason=job.get("reason"),
+        claimed_at=job.get("claimed_at"),
+        finished_at=job.get("finished_at"),
     )
 
 
@@ -153,6 +197,7 @@ def load_fleet(run_dir: Path) -> tuple[Fleet | None, list[str]]:
     problems: list[str] = []
     kept = drop_broken(document, FLEET_RULES, "", problems)
     equivalence = kept.get("equivalence") or {}
+    machines = kept.get("machines") or {}
     jobs = [_fleet_job(value, f"jobs[{index}]", problems) for index, value in enumerate(kept.get("jobs", []))]
     fleet = Fleet(
         placement=kept.get("placement"),
@@ -160,6 +205,8 @@ def load_fleet(run_dir: Path) -> tuple[Fleet | None, list[str]]:
         accepted=_host_differences(equivalence.get("accepted"), "equivalence.accepted", problems),
         refused=_host_differences(equivalence.get("refused"), "equivalence.refused", problems),
         facts={host: dict(facts) for host, facts in equivalence.get("facts", {}).items()},
+        shared_machines=_shared_machines(machines.get("shared"), problems),
+        isolated=machines.get("isolated", False),
         jobs=tuple(job for job in jobs if job is not None),
         judged=_judged(kept.get("judged", {}), problems),
     )

@@ -32,6 +32,8 @@ from fairbench.report.figures import (
     CLIENT_USE,
     FIGURES,
     FLAGS,
+    GPU_STATE,
+    OBSERVATIONS,
     SERVER_ERROR,
     SERVER_FAILURES,
     SERVER_SAMPLES,
@@ -50,8 +52,14 @@ point the sweep writes has the throughput; without it, or with a figure that is 
 skipped."""
 FLAG_FIELDS = {"flag": is_text, "on": list_of(is_text), "reason": is_text}
 """A flag of a point (measure/point_flags.py)."""
+GPU_STATE_FIELDS = {"index": whole(0), "sm_clock_mhz_min": or_null(is_finite)}
+"""What the report reads of a GPU's state over a point (measure/gpu_state.py)."""
+OBSERVATION_FIELDS = {"observation": is_text, "reason": is_text}
+"""An observation of a point (measure/point_flags.py)."""
 CHECK_RULES: tuple[Rule, ...] = (
     Rule(FLAGS, "a list of {flag, on, reason}", list_of(fields_of(FLAG_FIELDS)), False),
+    Rule(OBSERVATIONS, "a list of {observation, reason}", list_of(fields_of(OBSERVATION_FIELDS)), False),
+    Rule(GPU_STATE, "a list of {index, sm_clock_mhz_min, ...}", list_of(fields_of(GPU_STATE_FIELDS)), False),
     *(Rule(key, "null or a finite number", or_null(is_finite), False) for key in CHECK_NUMBERS),
     *(Rule(key, "a whole number", whole(0), False) for key in (SERVER_SAMPLES, SERVER_FAILURES)),
     Rule(SERVER_ERROR, "null or a string", or_null(is_text), False),

@@ -24,10 +24,21 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from fairbench.campaign.model import SPREAD
+from fairbench.measure.decision import (
+    AHEAD,
+    BELOW_MARGIN,
+    EQUIVALENT,
+    UNDECIDED,
+    Decision,
+    decide,
+    decide_rule_from_json,
+    margin_tests,
+    repeats_to_decide,
+)
 from fairbench.measure.slo import SloError, SloTarget, parse_slo
 from fairbench.measure.stats import ALPHA, Comparison, Estimate, difference_interval_pct, holm, holm_adjusted
 from fairbench.report.blocks import Block, BulletList, Heading, Paragraph
@@ -91,6 +102,11 @@ class Pair:
     """After Holm's correction over the verdict; None when untested (a side has one repeat)."""
     adjusted_p: float | None = None
     """Holm's adjusted p-value (``stats.holm_adjusted``): significant when at most 5 %."""
+    decision: Decision | None = None
+    """Against the campaign's margin (``measure.decision``); None without a margin, or untested."""
+    repeats_to_decide: int | None = None
+    """An undecided pair's estimate of the repeats of each config that would decide it
+    (``decision.repeats_to_decide``); None otherwise, or where no number would."""
 
 
 @dataclass(frozen=True)
@@ -138,6 +154,8 @@ class Verdict:
     """Why campaign.json's ``slo`` cannot be used (its regime is then left out); None when it can."""
     loop: Loop = CLOSED_LOOP
     """Whether the campaign's levels are concurrencies or an open loop's request rates."""
+    margin_pct: float | None = None
+    """The campaign's ``decide.margin_pct``: each pair then has its decision; None: significance only."""
 
     @property
     def hosts(self) -> list[str]:
@@ -257,21 +275,58 @@ def _drafts(
     return drafts
 
 
-def _regimes(drafts: Sequence[_Draft], alpha: float) -> tuple[list[Regime], int, int]:
-    """Each draft with Holm's correction over every tested comparison of them all; and how many were
-    tested and made."""
+def _decisions(
+    tests: Sequence[Sequence[tuple[Standing, Standing, Comparison | None]]],
+    margin_pct: float | None,
+    alpha: float,
+) -> Iterator[tuple[Decision | None, int | None]]:
+    """Each pair's decision against the margin, in the order of ``tests``, with an undecided pair's
+    repeats to decide it (at Holm's strictest level, alpha over the pairs tested); (None, None) for every
+    pair without a margin."""
+    pairs = [(above, below, comparison) for found in tests for above, below, comparison in found]
+    if margin_pct is None:
+        return iter([(None, None)] * len(pairs))
+    found = [
+        None if _p_value(comparison) is None else margin_tests(above.values, below.values, margin_pct)
+        for above, below, comparison in pairs
+    ]
+    decided = decide(found, alpha)
+    strictest = alpha / max(1, sum(tests is not None for tests in found))
+    return iter(
+        [
+            (
+                decision,
+                repeats_to_decide(above.values, below.values, margin.margin, strictest)
+                if decision is not None and margin is not None and decision.word == UNDECIDED
+                else None,
+            )
+            for (above, below, _), margin, decision in zip(pairs, found, decided, strict=True)
+        ]
+    )
+
+
+def _regimes(
+    drafts: Sequence[_Draft], alpha: float, margin_pct: float | None = None
+) -> tuple[list[Regime], int, int]:
+    """Each draft with Holm's correction over every tested comparison of them all (and, with a margin,
+    each pair's decision); and how many were tested and made."""
     tests = [draft.comparisons() for draft in drafts]
     tested = [p for found in tests for _, _, comparison in found if (p := _p_value(comparison)) is not None]
     rejected, adjusted = iter(holm(tested, alpha)), iter(holm_adjusted(tested))
+    decisions = _decisions(tests, margin_pct, alpha)
     regimes = []
     for draft, found in zip(drafts, tests, strict=True):
         pairs = []
         for above, below, comparison in found:
             interval = difference_interval_pct(above.values, below.values)
+            decision, more = next(decisions)
             if _p_value(comparison) is None:
                 pairs.append(Pair(above, below, comparison, interval, None))
             else:
-                pairs.append(Pair(above, below, comparison, interval, next(rejected), next(adjusted)))
+                significant, adjusted_p = next(rejected), next(adjusted)
+                pairs.append(
+                    Pair(above, below, comparison, interval, significant, adjusted_p, decision, more)
+                )
         regimes.append(
             Regime(
                 draft.name,
@@ -302,10 +357,12 @@ def verdict(run: Run, headlines: Sequence[Headline], alpha: float = ALPHA) -> Ve
         by_host.setdefault(line.result.host if per_host else None, []).append(line)
     lowest = _lowest_level(run.campaign, finished)
     drafts = [draft for host, lines in by_host.items() for draft in _drafts(lines, host, lowest, bool(slo))]
-    regimes, tested, compared = _regimes(drafts, alpha)
+    rule = decide_rule_from_json(run.campaign.get("decide"))
+    margin_pct = rule.margin_pct if rule else None
+    regimes, tested, compared = _regimes(drafts, alpha, margin_pct)
     left_out = tuple(line for line in headlines if all(line is not other for other in finished))
     loop, load = lowest
-    return Verdict(tuple(regimes), tested, compared, left_out, slo, load, slo_problem, loop)
+    return Verdict(tuple(regimes), tested, compared, left_out, slo, load, slo_problem, loop, margin_pct)
 
 
 # --- two runs ---------------------------------------------------------------------------------------------
@@ -356,9 +413,9 @@ def _percent(value: float) -> str:
     return f"{value:+.1f} %"
 
 
-def _margin(pair: Pair, below: str) -> str:
+def _margin(pair: Pair, below: str, margin_pct: float | None = None) -> str:
     """``+12.3 % over **ep8** at C=64 (95 % CI +8.1 % to +16.5 %): significant``, ``below`` naming the
-    next config (and where it is)."""
+    next config (and where it is); with a margin, the pair's word (``decision_text``)."""
     if pair.comparison is None:
         return f"not compared with {below} (a value is NaN or infinite)"
     relative = pair.comparison.relative_pct
@@ -368,25 +425,60 @@ def _margin(pair: Pair, below: str) -> str:
         if pair.interval_pct and pair.significant is not None
         else ""
     )
+    if margin_pct is not None:
+        return f"{amount} over {below}{interval}: {decision_text(pair, margin_pct)}"
     held = "" if pair.adjusted_p is None else f" ({_p_text(pair.adjusted_p)} after Holm)"
     return f"{amount} over {below}{interval}: {decision(pair.significant)}{held}"
+
+
+def decision_text(pair: Pair, margin_pct: float) -> str:
+    """A pair's word against the margin and the Holm-adjusted p-value of the test that gave it:
+    ``ahead by more than the ±1 % margin (p = 0.004 after Holm)``; an undecided pair's repeats of each
+    config that would decide it."""
+    found = pair.decision
+    if found is None:
+        return decision(None)
+    held = f"{_p_text(found.adjusted_p)} after Holm"
+    margin = f"±{margin_pct:g} %"
+    if found.word == AHEAD:
+        return f"ahead by more than the {margin} margin ({held})"
+    if found.word == EQUIVALENT:
+        return f"equivalent within {margin} ({held})"
+    if found.word == BELOW_MARGIN:
+        return f"different, but by less than the {margin} margin ({held})"
+    more = (
+        f"about {pair.repeats_to_decide} repeats of each would decide it at this difference and spread"
+        if pair.repeats_to_decide is not None
+        else "no number of repeats would decide it at this difference"
+    )
+    return f"undecided against the {margin} margin (closest test {held}): {more}"
 
 
 def _p_text(p_value: float) -> str:
     return "p < 0.001" if p_value < 0.001 else f"p = {p_value:.3f}"
 
 
+MARKS_BY_WORD = {AHEAD: ABOVE, EQUIVALENT: NOISE, BELOW_MARGIN: "≳", UNDECIDED: UNTESTED}
+"""With a margin, between two configs of an order: the pair's word (``measure.decision``)."""
+
+
+def _mark(step: Pair) -> str:
+    if step.decision is not None:
+        return MARKS_BY_WORD[step.decision.word]
+    return UNTESTED if step.significant is None else ABOVE if step.significant else NOISE
+
+
 def order_text(regime: Regime, name: Label) -> str:
     """``ep4 > ep8 ≈ tp8-nccl > tp8``: ``>`` where the adjacent pair is significant after Holm, ``≈`` within
-    noise, ``?`` untested; with no pair tested, the order by mean, said to be untested."""
+    noise, ``?`` untested; with a margin, the pair's word (``MARKS_BY_WORD``); with no pair tested, the
+    order by mean, said to be untested."""
     names = [name(standing.line.result) for standing in regime.ranked]
     steps = regime.steps
     if steps and all(step.significant is None for step in steps):
         return f"by mean (untested): {', '.join(names)}"
     text = names[0] if names else ""
     for step, following in zip(steps, names[1:], strict=True):
-        mark = UNTESTED if step.significant is None else ABOVE if step.significant else NOISE
-        text += f" {mark} {following}"
+        text += f" {_mark(step)} {following}"
     return text
 
 
@@ -456,7 +548,8 @@ def regime_text(regime: Regime, name: Label, found: Verdict, marks: FlagMarks) -
             below = f"**{name(following.line.result)}**{_where(following, regime)}" + _marks(
                 following, regime, marks
             )
-            text += f", {_margin(regime.steps[0], below)}.{_tied(regime, name)}"
+            margin = _margin(regime.steps[0], below, found.margin_pct)
+            text += f", {margin}.{_tied(regime, name, found.margin_pct)}"
             text += f" Order: {order_text(regime, name)}."
     reasons: dict[str, list[str]] = {}
     for line, why in regime.outside:
@@ -466,9 +559,12 @@ def regime_text(regime: Regime, name: Label, found: Verdict, marks: FlagMarks) -
     return text
 
 
-def _tied(regime: Regime, name: Label) -> str:
+def _tied(regime: Regime, name: Label, margin_pct: float | None = None) -> str:
     """`` No clear best: ep8 is within noise of tp8-nccl, tp8.`` where the next config is within noise of
-    the best (Holm), naming every config that is; nothing otherwise."""
+    the best (Holm), naming every config that is; with a margin, where it is within the margin of the best
+    (equivalent, or different by less), naming every config that is, or undecided; nothing otherwise."""
+    if margin_pct is not None:
+        return _within_margin(regime, name, margin_pct)
     tied = [
         name(regime.ranked[index].line.result)
         for index in range(1, len(regime.ranked))
@@ -479,6 +575,24 @@ def _tied(regime: Regime, name: Label) -> str:
     return f" No clear best: {name(regime.ranked[0].line.result)} is within noise of {', '.join(tied)}."
 
 
+def _within_margin(regime: Regime, name: Label, margin_pct: float) -> str:
+    best = name(regime.ranked[0].line.result)
+    first = regime.steps[0].decision
+    if first is None or first.word == AHEAD:
+        return ""
+    if first.word == UNDECIDED:
+        return f" No clear best yet: {best} against {name(regime.ranked[1].line.result)} is undecided."
+    within = [
+        name(regime.ranked[index].line.result)
+        for index in range(1, len(regime.ranked))
+        if (found := regime.pair(0, index).decision) is not None and found.word in (EQUIVALENT, BELOW_MARGIN)
+    ]
+    return (
+        f" No clear best: {', '.join(within)} {'is' if len(within) == 1 else 'are'} within the "
+        f"±{margin_pct:g} % margin of {best}: pick on other grounds."
+    )
+
+
 def _family(found: Verdict) -> str:
     regimes = len({regime.name for regime in found.regimes})
     scope = "every pair of configs in each of its " + (f"{regimes} regimes" if regimes > 1 else "regime")
@@ -486,6 +600,18 @@ def _family(found: Verdict) -> str:
         scope += f", on each of {len(found.hosts)} hosts (configs are compared within a host only)"
     untested = found.compared - found.tested
     more = f"; {untested} more cannot be told from noise (a side has one repeat)" if untested else ""
+    if found.margin_pct is not None:
+        margin = f"±{found.margin_pct:g} %"
+        return (
+            f"The words, against the campaign's margin of {margin} of the lower mean (`decide`): **ahead**: "
+            "Welch's one-sided test that the difference exceeds the margin; **equivalent**: two one-sided "
+            "tests (TOST) that it lies within the margin, and Welch's two-sided test finds no difference; "
+            "**different, but by less than the margin**: both TOST and the two-sided test; **undecided**: "
+            f"none of them. Each test is Holm-corrected over the {found.tested} comparison(s) the verdict "
+            f"tests ({scope}{more}), so the chance of any false word of a kind is at most {ALPHA * 100:g} %; "
+            "the repeats that would decide an undecided pair assume its means and spreads stay as they "
+            "are. Each interval is that pair's own 95 % interval, uncorrected."
+        )
     return (
         f"Significance: Welch's two-sided t-test, Holm-corrected over the {found.tested} comparison(s) the "
         f"verdict tests ({scope}{more}), so the chance that any `significant` here is a false alarm is at "
@@ -542,10 +668,14 @@ def verdict_blocks(
         blocks.append(Paragraph(flagged))
     notes = []
     if found.tested:
-        notes.append(
-            f"In an order, between neighbours: `{ABOVE}` ahead, significant; `{NOISE}` within noise; "
-            f"`{UNTESTED}` cannot tell (one repeat). {_family(found)}"
+        between = (
+            f"`{ABOVE}` ahead; `{NOISE}` equivalent; `{MARKS_BY_WORD[BELOW_MARGIN]}` different, but by less "
+            f"than the margin; `{UNTESTED}` undecided, or cannot tell (one repeat)"
+            if found.margin_pct is not None
+            else f"`{ABOVE}` ahead, significant; `{NOISE}` within noise; `{UNTESTED}` cannot tell "
+            "(one repeat)"
         )
+        notes.append(f"In an order, between neighbours: {between}. {_family(found)}")
     elif found.compared:
         notes.append("No pair could be tested (one repeat), so each order is by mean alone.")
     if found.bisected:

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import math
 import re
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from statistics import mean
 
 from fairbench.measure.workload import DEFAULT_PROMPTS_PER_LEVEL, prompts_at
@@ -147,6 +149,138 @@ def predict_point(
         tpots_s=tuple(loop.tpots),
         e2e_latencies_s=tuple(loop.latencies),
     )
+
+
+class _VirtualServer:
+    """The server ``config`` starts, on a virtual clock; ``time_scale`` 1.0: the model's own seconds."""
+
+    def __init__(self, config: SimConfig, time_scale: float) -> None:
+        self.clock = VirtualClock()
+        schedulers = [Scheduler(config.model, config.limits) for _ in range(config.dp_size)]
+        self.engine = Engine(
+            schedulers, self.clock, time_scale, decode_log_interval=config.decode_log_interval
+        )
+
+    def run(self) -> float:
+        """Serves until every request has finished; the clock's time then, from the first send at 0."""
+        self.engine.start()
+        self.clock.run()
+        return self.clock.time()
+
+
+class _Conversations:
+    """``concurrency`` clients, each holding one conversation at a time: its turns in order, each sent
+    ``think_time_s`` after the reply to the one before ended, and the next conversation the moment its last
+    turn ends. A request of its own is a conversation of one turn."""
+
+    def __init__(
+        self,
+        server: _VirtualServer,
+        conversations: Sequence[Sequence[int]],
+        output_len: int,
+        think_time_s: float,
+    ) -> None:
+        self.server = server
+        self.conversations = conversations
+        self.output_len = output_len
+        self.think_time_s = think_time_s
+        self.started = 0
+        self.turn_of: dict[int, tuple[int, int]] = {}
+        """A request in flight (by ``id``): its conversation and turn."""
+
+    def start(self, concurrency: int) -> None:
+        for _ in range(min(concurrency, len(self.conversations))):
+            self._next_conversation()
+
+    def _next_conversation(self) -> None:
+        if self.started < len(self.conversations):
+            self.started += 1
+            self._send(self.started - 1, 0)
+
+    def _send(self, conversation: int, turn: int) -> None:
+        prompt_tokens = self.conversations[conversation][turn]
+        request = SimRequest(prompt_tokens=prompt_tokens, output_limit=self.output_len, sink=self)
+        self.turn_of[id(request)] = (conversation, turn)
+        self.server.engine.submit(request)
+
+    def deliver(self, request: SimRequest, tokens: int, finished: bool) -> None:
+        if not finished:
+            return
+        conversation, turn = self.turn_of.pop(id(request))
+        if turn + 1 < len(self.conversations[conversation]):
+            clock = self.server.clock
+            clock.call_at(clock.time() + self.think_time_s, lambda: self._send(conversation, turn + 1))
+        else:
+            self._next_conversation()
+
+
+def conversations_duration_s(
+    config: SimConfig,
+    conversations: Sequence[Sequence[int]],
+    output_len: int,
+    concurrency: int,
+    *,
+    think_time_s: float = 0.0,
+    as_served: bool = False,
+) -> float:
+    """How long a closed loop of ``concurrency`` conversations in flight takes to send ``conversations``,
+    each a list of its turns' prompt tokens that the server must compute (those its prefix cache does not
+    hold), every turn ``output_len`` tokens out: from the first send to the last token. A list of
+    one-turn conversations of equal lengths is ``predict_point``'s closed loop. ``as_served``: in the
+    seconds of the server ``config`` starts, else in the model's."""
+    server = _VirtualServer(config, config.time_scale if as_served else 1.0)
+    loop = _Conversations(server, conversations, output_len, think_time_s)
+    loop.start(concurrency)
+    return server.run()
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """One request of an open loop: when it is due, from the point's start, and its lengths."""
+
+    offset_s: float
+    input_len: int
+    output_len: int
+
+
+class _OpenLoop:
+    """Requests sent at their offsets, at most ``max_in_flight`` at once: one due while that many are in
+    flight is sent the moment one of them ends, the later ones queued behind it in order."""
+
+    def __init__(self, server: _VirtualServer, arrivals: Sequence[Arrival], max_in_flight: int) -> None:
+        self.server = server
+        self.max_in_flight = max_in_flight
+        self.in_flight = 0
+        self.due: deque[Arrival] = deque()
+        for arrival in arrivals:
+            server.clock.call_at(arrival.offset_s, partial(self._arrive, arrival))
+
+    def _arrive(self, arrival: Arrival) -> None:
+        self.due.append(arrival)
+        self._send_due()
+
+    def _send_due(self) -> None:
+        while self.due and self.in_flight < self.max_in_flight:
+            arrival = self.due.popleft()
+            self.in_flight += 1
+            self.server.engine.submit(
+                SimRequest(prompt_tokens=arrival.input_len, output_limit=arrival.output_len, sink=self)
+            )
+
+    def deliver(self, request: SimRequest, tokens: int, finished: bool) -> None:
+        if finished:
+            self.in_flight -= 1
+            self._send_due()
+
+
+def arrivals_duration_s(
+    config: SimConfig, arrivals: Sequence[Arrival], max_in_flight: int, *, as_served: bool = False
+) -> float:
+    """How long an open loop of ``arrivals`` takes, at most ``max_in_flight`` requests in flight: from the
+    point's start (offset 0) to the last token. ``as_served`` as for ``conversations_duration_s``."""
+    server = _VirtualServer(config, config.time_scale if as_served else 1.0)
+    _OpenLoop(server, arrivals, max_in_flight)
+    return server.run()
 
 
 def parse_limit(key: str) -> tuple[str, float]:

@@ -4,7 +4,9 @@ Tests hand it to ``EnergySampler.open(nvml=...)`` after :func:`configure`; a swe
 imports it as ``pynvml`` with this folder on PYTHONPATH and its GPUs in the environment variable
 FAKE_PYNVML (JSON, the argument of :func:`configure`). Each GPU draws a constant power, ``watts``; the
 energy counter (where ``counter`` is true) advances at ``counter_watts`` (default ``watts``) on the
-same clock as the sampler, so a test can tell which of the two an energy figure came from.
+same clock as the sampler, so a test can tell which of the two an energy figure came from. Its state
+(fairbench.measure.gpu_state) is constant too: ``sm_clock_mhz``, ``mem_clock_mhz``, ``clock_events`` (the
+reason bits) and ``temperature_c``, each None for a GPU that does not support it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ from dataclasses import dataclass, field
 from time import perf_counter_ns
 from typing import Any
 
+NVML_CLOCK_SM = 1
+NVML_CLOCK_MEM = 2
+NVML_TEMPERATURE_GPU = 0
 NVML_ERROR_UNINITIALIZED = 1
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
@@ -45,6 +50,10 @@ class FakeGpu:
     counter_watts: float | None = None
     power_fails_after: int | None = None
     """Power readings that succeed before every later one raises GPU_IS_LOST."""
+    sm_clock_mhz: int | None = 1980
+    mem_clock_mhz: int | None = 3201
+    clock_events: int | None = 0
+    temperature_c: int | None = 40
     power_reads: int = 0
     born_ns: int = field(default_factory=perf_counter_ns)
     counter_reads_ns: list[int] = field(default_factory=list)
@@ -123,3 +132,22 @@ def nvmlDeviceGetTotalEnergyConsumption(handle: int) -> int:
     watts = gpu.watts if gpu.counter_watts is None else gpu.counter_watts
     gpu.counter_reads_ns.append(perf_counter_ns())
     return COUNTER_ORIGIN_MJ + round(watts * (gpu.counter_reads_ns[-1] - gpu.born_ns) / 1e6)
+
+
+def _supported(value: int | None) -> int:
+    if value is None:
+        raise NVMLError_NotSupported()
+    return value
+
+
+def nvmlDeviceGetClockInfo(handle: int, clock: int) -> int:
+    gpu = _device(handle, "clock")
+    return _supported(gpu.sm_clock_mhz if clock == NVML_CLOCK_SM else gpu.mem_clock_mhz)
+
+
+def nvmlDeviceGetCurrentClocksEventReasons(handle: int) -> int:
+    return _supported(_device(handle, "clock events").clock_events)
+
+
+def nvmlDeviceGetTemperature(handle: int, sensor: int) -> int:
+    return _supported(_device(handle, "temperature").temperature_c)
