@@ -105,7 +105,8 @@ with FairbenchImport.on_control_node() as FAIRBENCH_IMPORT:
     from fairbench.campaign.model import DEFAULT_ISOLATED_HOSTS, repeats_json
     from fairbench.fleet.equivalence import check_pools
     from fairbench.fleet.plan import SPREAD, PlanError, check_gpus, most_jobs, plan, pools
-    from fairbench.fleet.queue import Queue, new_state, predict, sticky_hosts
+    from fairbench.fleet.queue import Queue, new_state, sticky_hosts
+    from fairbench.fleet.schedule import predict
     from fairbench.fleet.sharing import machines_json, shared_machines
     from fairbench.measure.repeats import repeats_from_json
 

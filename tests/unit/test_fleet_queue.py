@@ -21,9 +21,9 @@ from fairbench.fleet.queue import (
     Queue,
     QueueState,
     new_state,
-    predict,
     sticky_hosts,
 )
+from fairbench.fleet.schedule import predict
 from fairbench.measure.repeats import repeats_from_json
 
 

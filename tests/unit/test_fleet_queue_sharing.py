@@ -22,8 +22,8 @@ from fairbench.fleet.queue import (
     Queue,
     QueueState,
     new_state,
-    predict,
 )
+from fairbench.fleet.schedule import predict
 from fairbench.fleet.sharing import Evidence, SharedMachine, machines_json
 
 

@@ -503,35 +503,3 @@ class Queue:
         tmp = self.path.with_name(self.path.name + ".tmp")
         tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
         os.replace(tmp, self.path)
-
-
-def predict(data: dict[str, Any], hosts: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
-    """The jobs each host would lead (with the hosts they would run on) if every job took the same time:
-    what ``--check`` shows, by running the queue's own algorithm on a copy."""
-    state = QueueState(json.loads(json.dumps(data)))
-    led: dict[str, list[dict[str, Any]]] = {host: [] for host in hosts}
-    running: list[tuple[int, str, str]] = []  # (ends at step, job, its rank 0)
-    idle = list(hosts)
-    step = 0
-    while idle or running:
-        before = json.dumps(state.data)
-        still_idle = []
-        for host in idle:
-            claim = state.claim(host, float(step))
-            if claim.answer == RUN and claim.job is not None:
-                led[host].append(claim.job)
-                running.append((step + 1, claim.job["id"], host))
-            elif claim.answer == WAIT:
-                still_idle.append(host)
-        idle = still_idle
-        if not running:
-            if json.dumps(state.data) != before:
-                continue  # a host joined a server: its leader claims again
-            break  # every host is done, or waits on a server nothing running will free hosts for
-        step = min(end for end, _, _ in running)
-        for end, job_id, leader in [entry for entry in running if entry[0] == step]:
-            running.remove((end, job_id, leader))
-            job = state.job(job_id)
-            state.finish(job_id, leader, ok=True, reason=None, now=float(step))
-            idle.extend(host for host in job["hosts"] if host not in idle)
-    return led

@@ -3,7 +3,8 @@
 The hosts claim their jobs as a run's hosts do (``fleet.queue.QueueState``: plan order, gathering of servers
 over several hosts, sticky hosts), each job taking ``job_seconds(job)``; the answer is the instant the last
 one ends. It is the campaign's wall time as the plan estimates it (``fleet.forecast``), and, from a run's
-fleet.json as it stands, the time left (``cli.run_eta``). Automatic repeats add no job here: a queue whose
+fleet.json as it stands, the time left (``cli.run_eta``); with every job taking as long, the jobs each host
+would lead (``predict``: what ``--check`` shows). Automatic repeats add no job here: a queue whose
 ``repeats`` is a count is played as it is, so a forecast plays the least and the most repeats as two counts.
 """
 
@@ -39,13 +40,29 @@ def makespan(
     busy = {host for job in data["jobs"] if job["state"] == RUNNING for host in job["hosts"]}
     state = QueueState(data)
     idle = [host for host in hosts if host not in busy and host not in state.finished_hosts]
-    clock = now
+    return play(state, idle, running, job_seconds, now)
+
+
+def play(
+    state: QueueState,
+    idle: list[str],
+    running: list[tuple[float, str, str]],
+    job_seconds: Callable[[Mapping[str, Any]], float],
+    clock: float,
+    *,
+    on_run: Callable[[str, dict[str, Any]], None] | None = None,
+) -> float:
+    """The queue's hand-out from ``clock``: each of the ``idle`` hosts claims, a job taken runs for
+    ``job_seconds(job)`` (``on_run(host, job)`` told of it), and the hosts of the first ``running`` job to
+    end (each ``(ends at, job, its rank 0)``) claim again; the instant the last ends."""
     while idle or running:
         before = json.dumps(state.data)
         waiting = []
         for host in idle:
             claim = state.claim(host, clock)
             if claim.answer == RUN and claim.job is not None:
+                if on_run is not None:
+                    on_run(host, claim.job)
                 running.append((clock + job_seconds(claim.job), claim.job["id"], host))
             elif claim.answer == WAIT:
                 waiting.append(host)
@@ -61,3 +78,12 @@ def makespan(
             state.finish(job_id, leader, ok=True, reason=None, now=clock)
             idle.extend(host for host in state.job(job_id)["hosts"] if host not in idle)
     return clock
+
+
+def predict(data: Mapping[str, Any], hosts: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+    """The jobs each host would lead (with the hosts they would run on) if every job took the same time:
+    what ``--check`` shows, by playing the queue's own hand-out on a copy of fleet.json's ``data``."""
+    led: dict[str, list[dict[str, Any]]] = {host: [] for host in hosts}
+    state = QueueState(json.loads(json.dumps(data)))
+    play(state, list(hosts), [], lambda job: 1.0, 0.0, on_run=lambda host, job: led[host].append(job))
+    return led
