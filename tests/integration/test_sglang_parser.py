@@ -65,6 +65,13 @@ def test_removed_and_ambiguous_flags_are_rejected(sglang_venv: Path) -> None:
     assert results["ep-size"] is None
 
 
+def validate_args(*argv: str) -> argparse.Namespace:
+    """``fairbench validate``'s arguments, as its own parser reads them."""
+    parser = argparse.ArgumentParser()
+    campaign_cli.configure(parser)
+    return parser.parse_args(list(argv))
+
+
 def test_validate_cli_fails_for_a_campaign_using_enable_ep_moe(
     sglang_venv: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -72,7 +79,7 @@ def test_validate_cli_fails_for_a_campaign_using_enable_ep_moe(
     fails. The model's own rules against enable-ep-moe (its rejection, and the flag table that lacks it) are
     lifted here, so that SGLang's parser is the judge."""
     shipped = REPO / "campaigns" / "kimi-k2.6-pcie.yml"
-    assert campaign_cli.run(argparse.Namespace(files=[str(shipped)], sglang_parser=str(sglang_venv))) == 0
+    assert campaign_cli.run(validate_args(str(shipped), "--sglang-parser", str(sglang_venv))) == 0
     assert "sglang parser: ep8: ok" in capsys.readouterr().out
 
     monkeypatch.delitem(flag_rules.REJECTED_ARGS, "enable-ep-moe")
@@ -85,7 +92,7 @@ def test_validate_cli_fails_for_a_campaign_using_enable_ep_moe(
             "ep8:       {args: {tp-size: 8, ep-size: 8, enable-ep-moe: true}}",
         )
     )
-    assert campaign_cli.run(argparse.Namespace(files=[str(bad)], sglang_parser=str(sglang_venv))) == 1
+    assert campaign_cli.run(validate_args(str(bad), "--sglang-parser", str(sglang_venv))) == 1
     err = capsys.readouterr().err
     assert (
         "configs.ep8: SGLang's parser: sglang.launch_server: error: unrecognized arguments: --enable-ep-moe"

@@ -45,7 +45,8 @@ from fairbench.campaign.load import parse_campaign
 from fairbench.campaign.model import Campaign, ServingConfig
 from fairbench.fleet.equivalence import check_pools
 from fairbench.fleet.plan import PLAY_POOL, Job, plan
-from fairbench.fleet.queue import FLEET_FILE, RUNNING, QueueState, new_state, predict
+from fairbench.fleet.queue import FLEET_FILE, RUNNING, QueueState, new_state
+from fairbench.fleet.schedule import predict
 from fairbench.hosts import ansible_support
 from fairbench.hosts.ansible_support import SweepOutcome, host_facts
 from fairbench.hosts.config_run import job_sweep, sweep_times, sweep_workloads

@@ -869,7 +869,7 @@ def test_to_json_is_plain_data_with_every_config() -> None:
     assert json.loads(json.dumps(data)) == data
     assert list(data) == [
         "name", "source", "engine", "model", "start_timeout_s", "placement", "accept_host_differences",
-        "common", "configs", "workload", "decide", "slo", "warnings",
+        "common", "configs", "workload", "slo", "warnings",
     ]  # fmt: skip
     assert list(data["configs"]) == ["tp8", "tp8-nccl", "ep4", "ep8-eplb"]
     assert data["common"]["args"]["cuda-graph-bs-decode"] == [1, 2]

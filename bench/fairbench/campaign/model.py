@@ -448,7 +448,8 @@ class Campaign:
             "common": self.common.to_json(),
             "configs": {name: config.to_json() for name, config in self.configs.items()},
             **workloads_to_json(self.workloads),
-            "decide": self.decide.to_json() if self.decide else None,
+            # Only where set: campaign.json stays as it was for a campaign without it, and its run resumes.
+            **({"decide": self.decide.to_json()} if self.decide else {}),
             "slo": slo_to_json(self.slo),
             "warnings": list(self.warnings),
         }
