@@ -421,7 +421,7 @@ def build_fleet_run(
 ) -> Path:
     """``results_root/<campaign>/<run_id>`` of a campaign run over ``hosts`` (one pool), each job of the
     plan run in its order on the hosts ``placed`` names for its id (rank 0 first), else on those the
-    queue's own algorithm gives it (``fairbench.fleet.queue.predict``); a job the queue adds (automatic
+    queue's own algorithm gives it (``fairbench.fleet.schedule.predict``); a job the queue adds (automatic
     repeats) on the first hosts it may take.
     ``facts``: fleet facts of a host that differ from FLEET_FACTS; a difference the campaign does not
     accept stops the run, as the fleet's check does (ValueError)."""
