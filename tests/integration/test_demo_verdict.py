@@ -54,8 +54,12 @@ def test_the_demo_verdict_names_tp8_ep4_and_eplb_in_the_order_its_profile_implie
     assert under_slo[0] == "ep4", under_slo
     assert peak.index("ep8") < peak.index("tp8"), peak
     assert lowest[-1] == peak[-1] == under_slo[-1] == "ep8-eplb"
-    # At C >= 64 its servers queue requests on their way in, as servers do: an observation, not a doubt.
-    assert "running_below_concurrency" not in (run_dir / "report.random.md").read_text()
+    # At C >= 64 its servers queue requests on their way in, as servers do: an observation, not a doubt. A
+    # busy machine may still make the client late (the time outside the server), which is one.
+    notes = (run_dir / "report.random.md").read_text().split("### Flags raised", 1)[-1].split("### Observ")[0]
+    running = re.findall(r"`c\d+-r\d+`: the server ran [^;]*; ([^;`]*)", notes)
+    assert all("the time went outside the server" in why for why in running), running
+    assert "may be capped" not in notes
     # The agent's traffic on the same profile: TP8 still the fastest for one user, EPLB still the slowest.
     agentic = _orders(index.split("## Workload agentic")[1])
     assert set(agentic["Lowest load"][:2]) == {"tp8", "tp8-nccl"}, agentic

@@ -64,7 +64,11 @@ def test_a_server_capped_below_c_is_flagged_as_a_server_cap_and_its_counters_mat
     assert in_server >= 0.9 * uncapped["concurrency"]
     flag = flags_of(capped)["running_below_concurrency"]
     assert "max_concurrency" in flag["on"]
-    assert "it never ran more than 4 at once" in flag["reason"] and "its own Little's law" in flag["reason"]
+    assert (
+        "its /server_info says it runs up to 4 at once" in flag["reason"]
+        and "its own Little's law" in flag["reason"]
+    )
+    assert capped["server_running_limit"] == uncapped["server_running_limit"] == 4
     assert capped["observations"] == [] and uncapped["observations"] == []
 
 

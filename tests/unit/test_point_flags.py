@@ -64,7 +64,7 @@ def test_without_server_counters_nothing_is_checked() -> None:
 @pytest.mark.parametrize(
     ("queued", "why"),
     [
-        (6.0, "its running-requests gauge was not sampled at once"),
+        (6.0, "neither its /server_info nor its running-requests gauge says how many it runs at once"),
         (0.5, "the client was late sending or reading them"),  # 57.5 held: below 90 % of 64 too
         (0.0, "the client was late sending or reading them"),
     ],
@@ -106,7 +106,15 @@ def test_a_server_that_ran_c_at_once_and_queued_the_rest_on_their_way_in_is_an_o
     assert server_flags(queueing, api="completions", closed_loop=True) == []
     (seen,) = server_observations(queueing, closed_loop=True)
     assert seen["observation"] == "queued_at_concurrency"
-    assert "8.2 waited in its queue on average, and it ran up to 64 at once" in seen["reason"]
+    assert (
+        "8.2 waited in its queue on average, and its running-requests gauge read up to 64 at once"
+        in (seen["reason"])
+    )
+    # The limit its /server_info states says the same where no gauge sample fell in a short point.
+    unsampled = {**queueing, "server_running_max": None, "server_running_limit": 256}
+    assert server_flags(unsampled, api="completions", closed_loop=True) == []
+    (seen,) = server_observations(unsampled, closed_loop=True)
+    assert "its /server_info says it runs up to 256 at once" in seen["reason"]
     assert server_observations(queueing, closed_loop=False) == []
     # A server capped at 4 running requests, swept at C=16: it never ran more than 4, a doubt.
     capped = point(
@@ -114,9 +122,11 @@ def test_a_server_that_ran_c_at_once_and_queued_the_rest_on_their_way_in_is_an_o
         server_running_max=4.0, server_running_mean=4.0, server_queue_mean=11.9,
     )  # fmt: skip
     (flag,) = server_flags(capped, api="completions", closed_loop=True)
-    assert (
-        flag["flag"] == "running_below_concurrency" and "it never ran more than 4 at once" in flag["reason"]
-    )
+    assert flag["flag"] == "running_below_concurrency"
+    assert "its running-requests gauge read up to 4 at once (below 90% of C=16" in flag["reason"]
+    # Its /server_info's limit of 4 is told first.
+    (flag,) = server_flags({**capped, "server_running_limit": 4}, api="completions", closed_loop=True)
+    assert "its /server_info says it runs up to 4 at once" in flag["reason"]
     assert server_observations(capped, closed_loop=True) == []
     # A client that held fewer than C in flight: the time went outside the server, a doubt.
     late = point(server_in_flight_mean=40.0, server_queued_mean=0.5, server_running_max=64.0)

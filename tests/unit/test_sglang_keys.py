@@ -15,7 +15,7 @@ import pytest
 from tests.support.sse_server import StartServer
 
 from fairbench.measure.client import StreamClient
-from fairbench.measure.metrics import SGLANG_KEYS_ABSENT, accept_length
+from fairbench.measure.metrics import SGLANG_KEYS_ABSENT, accept_length, running_limit
 from fairbench.measure.progress import Progress
 from fairbench.measure.results import ResultsDir
 from fairbench.measure.sweep import Sweep, SweepSpec
@@ -142,3 +142,27 @@ def test_accept_length_is_read_from_server_info_as_sglang_reads_it(
     server_info: object, expected: object
 ) -> None:
     assert accept_length(server_info) == expected
+
+
+@pytest.mark.parametrize(
+    ("server_info", "expected"),
+    [
+        pytest.param(
+            {"internal_states": [{"effective_max_running_requests_per_dp": 256}]}, 256, id="one-rank"
+        ),
+        pytest.param(
+            {"internal_states": [{"effective_max_running_requests_per_dp": 64}] * 4}, 256, id="four-dp-ranks"
+        ),
+        pytest.param(
+            {"internal_states": [{"effective_max_running_requests_per_dp": 64}, {}]}, None, id="a-rank-silent"
+        ),
+        pytest.param(
+            {"internal_states": [{"effective_max_running_requests_per_dp": True}]}, None, id="boolean"
+        ),
+        pytest.param({"internal_states": [{"effective_max_running_requests_per_dp": 0}]}, None, id="zero"),
+        pytest.param({"internal_states": []}, None, id="no-rank"),
+        pytest.param(None, None, id="not-read"),
+    ],
+)
+def test_the_running_limit_is_every_dp_ranks_own_summed(server_info: object, expected: object) -> None:
+    assert running_limit(server_info) == expected

@@ -495,6 +495,22 @@ def accept_length(server_info: object) -> float | None:
     return number if math.isfinite(number) else None
 
 
+def running_limit(server_info: object) -> int | None:
+    """The most requests the server runs at once: the sum over its DP ranks (``/server_info``'s
+    ``internal_states``, one per rank) of ``effective_max_running_requests_per_dp``, the limit each drew
+    from its ``max-running-requests`` and its KV cache's capacity. None where any rank does not say."""
+    states = server_info.get("internal_states") if isinstance(server_info, dict) else None
+    if not isinstance(states, list) or not states:
+        return None
+    limits = []
+    for state in states:
+        limit = state.get("effective_max_running_requests_per_dp") if isinstance(state, dict) else None
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
+            return None
+        limits.append(limit)
+    return sum(limits)
+
+
 # --- GPU energy of a point -------------------------------------------------------------------------
 
 

@@ -13,12 +13,13 @@ lists those made. The checks, each with its threshold:
   requests the client had in flight. Where the server has SGLang's latency histograms, both sides by
   Little's law over the same point: the server's requests past its queue (``server_in_flight_mean`` less
   ``server_queued_mean``) against the client's ``concurrency`` (C, but for the point's ramp and tail).
-  When its queue holds at least half of the shortfall, the server held them back: where its running-
-  requests gauge reached RUNNING_SHARE_MIN of C at some sample of the point (``server_running_max``), it
-  can run C at once and queued requests on their way in (waiting for a prefill, a batch slot), which is
-  what a server does at that load and what the point measures: the observation
-  ``queued_at_concurrency``, no flag. Where the gauge stayed below that, or was not sampled, it may be
-  capped (``max-running-requests``, its KV cache): the level measured a lower load than it names, a flag.
+  When its queue holds at least half of the shortfall, the server held them back. Where it can run
+  RUNNING_SHARE_MIN of C at once, it queued requests on their way in (waiting for a prefill, a batch
+  slot), which is what a server does at that load and what the point measures: the observation
+  ``queued_at_concurrency``, no flag. Where it cannot, it is capped (``max-running-requests``, its KV
+  cache): the level measured a lower load than it names, a flag. What it can run: the limit its
+  ``/server_info`` states (``server_running_limit``), else the most its running-requests gauge read at a
+  sample of the point's steady window (``server_running_max``); with neither, it may be capped: a flag.
   Where the queue does not hold half the shortfall, the time went outside the server: the client was
   late sending or reading, a flag. Without the histograms, the ``num_running_reqs`` gauge's mean over the
   steady window against C, which reads low on real SGLang (refreshed at log points only, and blind to a
@@ -200,19 +201,29 @@ def _running_check(point: Mapping[str, Any]) -> tuple[bool, str] | None:
             f"{what}; only {queued:.1f} waited in its queue: the time went outside the server, the client "
             "was late sending or reading them"
         )
-    level, most = point["max_concurrency"], point.get("server_running_max")
-    if most is not None and most >= RUNNING_SHARE_MIN * level:
-        return False, (
-            f"{what}; {queued:.1f} waited in its queue on average, and it ran up to {most:.0f} at once: it "
-            "queued requests on their way in (a prefill, a batch slot), as a server does at this load"
-        )
-    ran = (
-        "its running-requests gauge was not sampled" if most is None else f"it never ran more than {most:.0f}"
+    level, limit, most = (
+        point["max_concurrency"],
+        point.get("server_running_limit"),
+        point.get("server_running_max"),
     )
+    if limit is not None:
+        can, said = limit, f"its /server_info says it runs up to {limit} at once"
+    elif most is not None:
+        can, said = most, f"its running-requests gauge read up to {most:.0f} at once"
+    else:
+        can, said = (
+            None,
+            "neither its /server_info nor its running-requests gauge says how many it runs at once",
+        )
+    if can is not None and can >= RUNNING_SHARE_MIN * level:
+        return False, (
+            f"{what}; {queued:.1f} waited in its queue on average, and {said}: it queued requests on their "
+            "way in (a prefill, a batch slot), as a server does at this load"
+        )
     return True, (
-        f"{what}; {queued:.1f} waited in its queue on average and {ran} at once (below "
-        f"{RUNNING_SHARE_MIN:.0%} of C={level}): it may be capped (max-running-requests, its KV cache), so "
-        "the level measured a lower load than it names"
+        f"{what}; {queued:.1f} waited in its queue on average and {said} (below {RUNNING_SHARE_MIN:.0%} of "
+        f"C={level} or not known): it may be capped (max-running-requests, its KV cache), so the level "
+        "measured a lower load than it names"
     )
 
 

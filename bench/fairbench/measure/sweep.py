@@ -55,6 +55,7 @@ from fairbench.measure.metrics import (
     median,
     percentile,
     point_metrics,
+    running_limit,
     slo_metrics,
     steady_window,
     turn_metrics,
@@ -662,7 +663,7 @@ class Sweep:
             **(open_loop_fields(records, spec) if spec.open_loop else {}),
             **objectives,
             # Not asked of a server that completed nothing: it may be gone or hung (each wait a timeout).
-            "accept_length": await self._accept_length(client, pid) if metrics["completed"] else None,
+            **await self._server_info_fields(client, pid, ask=bool(metrics["completed"])),
             "num_prompts": count,
             "warmup_requests": warmup_count,
             "warmup_failed": warmup_failed,
@@ -753,14 +754,17 @@ class Sweep:
             return await self._workers.run(phase, self.progress)
         return await drive(client, phase, on_done=self.progress.request_done)
 
-    async def _accept_length(self, client: StreamClient, pid: str) -> float | None:
-        """The server's speculative decoding acceptance once the point's loop ended, as sglang.bench_serving
-        reads it after its run (metrics.accept_length); None when /server_info does not answer (a note)."""
+    async def _server_info_fields(self, client: StreamClient, pid: str, *, ask: bool) -> dict[str, Any]:
+        """What the server's ``/server_info`` says once the point's loop ended: its speculative decoding
+        acceptance, as sglang.bench_serving reads it after its run (``accept_length``), and the most
+        requests it runs at once (``server_running_limit``, ``metrics.running_limit``); null where it does
+        not say, does not answer (with a note), or is not ``ask``ed (a point where nothing completed)."""
+        info = None
         try:
-            return accept_length(await client.get_json("/server_info"))
+            info = await client.get_json("/server_info") if ask else None
         except ServerUnreachable as exc:
-            self.progress.note(f"{pid}: accept_length not read: {exc}")
-            return None
+            self.progress.note(f"{pid}: /server_info not read (accept_length): {exc}")
+        return {"accept_length": accept_length(info), "server_running_limit": running_limit(info)}
 
     def _stop_energy(self, energy: EnergySampler | None, pid: str) -> list[GpuEnergy]:
         """The point's GPU energy; none without a sampler or when a reading failed (with a note)."""
