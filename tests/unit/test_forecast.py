@@ -172,6 +172,29 @@ def test_a_spread_plan_times_each_job_and_plays_the_queue_over_the_hosts() -> No
     assert found.outlook[MOST] == least  # a fixed count: the least is the most
 
 
+def test_hosts_an_earlier_run_found_sharing_a_machine_take_turns_in_the_plan_unless_isolated(
+    tmp_path: Path,
+) -> None:
+    earlier = learned(a=(5.0, 4.0, 6.0), b=(5.0, 10.0, 20.0))
+    run = tmp_path / "earlier"
+    run.mkdir()
+    machines = {"shared": [{"hosts": ["h1", "h2", "gone"], "evidence": []}], "isolated": False}
+    (run / "fleet.json").write_text(json.dumps({"machines": machines}))
+    shared = read_history(run, [SINGLE_WORKLOAD]).shared
+    assert shared == [["h1", "h2", "gone"]]
+    turns = History(earlier.run_dir, earlier.configs, None, shared)
+    pools = {"gpu_hosts": ["h1", "h2"]}
+    # One job at a time: 2 x 15 + 2 x 35 s, where two machines took 65 s.
+    found = forecast(campaign(), pools, placement="spread", hosts_from="test", history=turns)
+    assert found.outlook[LEAST].wall_s == pytest.approx(100.0)
+    isolated = forecast(
+        campaign(isolated_hosts=True), pools, placement="spread", hosts_from="test", history=turns
+    )
+    assert isolated.outlook[LEAST].wall_s == pytest.approx(65.0)
+    (run / "fleet.json").write_text("{")  # unreadable: no turns known
+    assert read_history(run, [SINGLE_WORKLOAD]).shared == []
+
+
 def test_every_host_runs_every_repeat_in_one_job_per_host() -> None:
     found = forecast(
         campaign(workload={"repeats": {"min": 2, "max": 3}}),

@@ -13,8 +13,9 @@ count of repeats is both. Each job is one server's life (``fleet.plan``):
 
 with ``repeats_in_job`` 1 under ``spread`` (a job per repeat) and every repeat under ``every-host``, and
 ``gpus`` the GPUs the config's server occupies (the campaign's ``gpus``; over all its hosts). Hosts that
-share a machine take turns once a run has read their facts (fleet.json's ``machines``); made before, the
-plan takes each host as a machine of its own. Where they
+share a machine take turns once a run has read their facts (fleet.json's ``machines``): the plan plays
+the turns the earlier run's hosts took (``History.shared``, those of them in the pools); without an
+earlier run, each host is a machine of its own. Where they
 come from, config by config, the first known of:
 
 - ``start_s``: an earlier run of the campaign (the mean of its servers' ``healthy_at - unit_started_at``,
@@ -309,6 +310,7 @@ class _Planner:
                 equivalence=None,
                 sticky={},
                 repeats=repeats,
+                machines=self.machines(),
             )
             hosts = list(dict.fromkeys(host for members in self.pools.values() for host in members))
             wall_s = makespan(queue, hosts, lambda job: costs[str(job["config"])].job_s[bound] or 0.0)
@@ -320,6 +322,17 @@ class _Planner:
             start_gpu_hours=_gpu_hours(jobs, costs, lambda cost: cost.start_s),
             wall_s=wall_s,
         )
+
+    def machines(self) -> dict[str, Any] | None:
+        """fleet.json's ``machines`` for the queue the plan plays: the earlier run's shared hosts that are in
+        the pools, each group of two or more taking turns, unless the campaign declares them isolated."""
+        hosts = {host for members in self.pools.values() for host in members}
+        groups = [
+            [host for host in group if host in hosts]
+            for group in (self.history.shared if self.history else [])
+        ]
+        shared = [{"hosts": group, "evidence": []} for group in groups if len(group) > 1]
+        return {"shared": shared, "isolated": self.campaign.isolated_hosts} if shared else None
 
 
 def _total(parts: Sequence[float | None]) -> float | None:

@@ -13,7 +13,8 @@ report reads them but keeping only what a time estimate needs. Per config:
   job was timed).
 
 And for the run: ``between_jobs_s``, the mean campaign overhead between two jobs of a host
-(``fleet.timeline.overhead_s``).
+(``fleet.timeline.overhead_s``); ``shared``, the groups of its hosts that shared a machine and took their
+jobs in turn (fleet.json's ``machines``, ``fleet.sharing.serialised``), the same hosts' next run's too.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from statistics import fmean
 from typing import Any, TypeGuard
 
 from fairbench.campaign.model import workload_dir
+from fairbench.fleet.queue import FLEET_FILE
+from fairbench.fleet.sharing import serialised
 from fairbench.fleet.timeline import Timeline, host_overheads
 from fairbench.measure.json_rules import rule_errors
 from fairbench.measure.results_format import (
@@ -82,6 +85,9 @@ class History:
     configs: dict[str, ConfigTimes]
     between_jobs_s: float | None
     """The mean campaign overhead between two jobs of a host; None where the run timed none."""
+    shared: list[list[str]] = field(default_factory=list)
+    """The groups of hosts that shared a machine and took their jobs in turn; none where the run's
+    fleet.json says none (or predates ``machines``)."""
 
 
 def read_history(run_dir: Path, workloads: Sequence[str]) -> History:
@@ -146,7 +152,16 @@ def read_history(run_dir: Path, workloads: Sequence[str]) -> History:
                 for key, pairs in levels.get(config, {}).items()
             },
         )
-    return History(run_dir, configs, fmean(overheads) if overheads else None)
+    return History(run_dir, configs, fmean(overheads) if overheads else None, _shared(run_dir))
+
+
+def _shared(run_dir: Path) -> list[list[str]]:
+    """The run's hosts that took turns (fleet.json's ``machines``); none where it cannot be read."""
+    try:
+        fleet = json.loads((run_dir / FLEET_FILE).read_bytes())
+        return serialised(fleet.get("machines") if isinstance(fleet, dict) else None)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return []
 
 
 def _points(directory: Path) -> list[dict[str, Any]]:
