@@ -78,17 +78,29 @@ def prompts_per_point(concurrency: int) -> int:
     return prompts_at(DEFAULT_PROMPTS_PER_LEVEL, concurrency)
 
 
-class _ClosedLoop:
-    """``concurrency`` clients, each sending its next request as soon as its last one finishes."""
+class _VirtualServer:
+    """The server ``config`` starts, on a virtual clock; ``time_scale`` 1.0: the model's own seconds."""
 
-    def __init__(
-        self, config: SimConfig, input_len: int, output_len: int, num_prompts: int, time_scale: float
-    ) -> None:
+    def __init__(self, config: SimConfig, time_scale: float) -> None:
         self.clock = VirtualClock()
         schedulers = [Scheduler(config.model, config.limits) for _ in range(config.dp_size)]
         self.engine = Engine(
             schedulers, self.clock, time_scale, decode_log_interval=config.decode_log_interval
         )
+
+    def run(self) -> float:
+        """Serves until every request has finished; the clock's time then, from the first send at 0."""
+        self.engine.start()
+        self.clock.run()
+        return self.clock.time()
+
+
+class _ClosedLoop:
+    """``concurrency`` clients, each sending its next request as soon as its last one finishes."""
+
+    def __init__(self, server: _VirtualServer, input_len: int, output_len: int, num_prompts: int) -> None:
+        self.clock = server.clock
+        self.engine = server.engine
         self.input_len = input_len
         self.output_len = output_len
         self.unsent = num_prompts
@@ -132,12 +144,11 @@ def predict_point(
 ) -> PointPrediction:
     """The point at ``concurrency`` of ``num_prompts`` requests; ``as_served``: in the seconds of the
     server ``config`` starts (``--sim-time-scale`` applied), else in the model's (the profile's own)."""
-    loop = _ClosedLoop(config, input_len, output_len, num_prompts, config.time_scale if as_served else 1.0)
+    server = _VirtualServer(config, config.time_scale if as_served else 1.0)
+    loop = _ClosedLoop(server, input_len, output_len, num_prompts)
     for _ in range(min(concurrency, num_prompts)):
         loop.send()
-    loop.engine.start()
-    loop.clock.run()
-    duration = loop.clock.time()
+    duration = server.run()
     return PointPrediction(
         concurrency=concurrency,
         requests=num_prompts,
@@ -149,23 +160,6 @@ def predict_point(
         tpots_s=tuple(loop.tpots),
         e2e_latencies_s=tuple(loop.latencies),
     )
-
-
-class _VirtualServer:
-    """The server ``config`` starts, on a virtual clock; ``time_scale`` 1.0: the model's own seconds."""
-
-    def __init__(self, config: SimConfig, time_scale: float) -> None:
-        self.clock = VirtualClock()
-        schedulers = [Scheduler(config.model, config.limits) for _ in range(config.dp_size)]
-        self.engine = Engine(
-            schedulers, self.clock, time_scale, decode_log_interval=config.decode_log_interval
-        )
-
-    def run(self) -> float:
-        """Serves until every request has finished; the clock's time then, from the first send at 0."""
-        self.engine.start()
-        self.clock.run()
-        return self.clock.time()
 
 
 class _Conversations:
