@@ -32,6 +32,7 @@ from typing import NoReturn
 
 from fairbench.campaign.model import Workload
 from fairbench.measure.results_format import level_tag
+from fairbench.measure.slo import search_probe
 from fairbench.measure.trace_replay import load_window, own_rate
 from fairbench.measure.traces import TraceError, TraceRequest, reusable_tokens
 from fairbench.measure.workload import PRIMED, TraceWindow
@@ -122,9 +123,11 @@ def search_probes(name: str, workload: Workload) -> tuple[int, PointWork | None]
 
 
 def _probes(low: int, high: int, resolution: int) -> int:
+    """The probes between ``low`` (met) and ``high`` (missed) when each probe meets the SLO, the wider
+    half each time (``slo.search_probe``)."""
     count = 0
-    while high - low > resolution:
-        low = (low + high) // 2
+    while (probe := search_probe(low, high, resolution)) is not None:
+        low = probe
         count += 1
     return count
 

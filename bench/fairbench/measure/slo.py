@@ -70,3 +70,10 @@ def parse_slo(entries: Mapping[str, object]) -> tuple[SloTarget, ...]:
 def slo_to_json(targets: tuple[SloTarget, ...]) -> dict[str, float]:
     """The ``slo:`` mapping the targets were parsed from: ``{key: limit_ms}``."""
     return {target.key: target.limit_ms for target in targets}
+
+
+def search_probe(met: int, missed: int, resolution: int) -> int | None:
+    """The SLO search's next concurrency between a level that met the SLO and the next that missed it:
+    (met + missed) // 2 while they are more than ``resolution`` requests of concurrency apart, else None
+    (the search is over)."""
+    return None if missed - met <= resolution else (met + missed) // 2

@@ -76,7 +76,7 @@ from fairbench.measure.results import TRACE_SHA256, ResultsDir, RunIdentity
 from fairbench.measure.results_format import BISECT, LISTED, level_tag, load_of, point_id
 from fairbench.measure.server_metrics import METRICS_PATH, SAMPLE_INTERVAL_S, ServerMetricsSampler
 from fairbench.measure.server_metrics import point_fields as server_fields
-from fairbench.measure.slo import SloTarget, slo_to_json
+from fairbench.measure.slo import SloTarget, search_probe, slo_to_json
 from fairbench.measure.trace_replay import TraceReplay, prompt_source
 from fairbench.measure.vocabulary import Vocabulary, VocabularyError, explicit, from_model_info
 from fairbench.measure.workload import (
@@ -409,7 +409,7 @@ class Sweep:
         below = None
         for level in sorted(by_level):
             if by_level[level].get("slo_met") is not True:
-                return None if below is None or level - below <= resolution else (below + level) // 2
+                return None if below is None else search_probe(below, level, resolution)
             below = level
         return None
 
