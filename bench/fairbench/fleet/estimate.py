@@ -25,6 +25,7 @@ window sent (``traces.reusable_tokens``). A search probe is timed as the listed 
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -134,8 +135,14 @@ def _probes(low: int, high: int, resolution: int) -> int:
 
 def _window(workload: Workload) -> list[TraceRequest]:
     assert workload.trace is not None
+    return _window_requests(workload.trace)
+
+
+@functools.lru_cache(maxsize=8)
+def _window_requests(window: TraceWindow) -> list[TraceRequest]:
+    """A trace window's requests, read once however many points and levels a plan times from it."""
     try:
-        return load_window(workload.trace)
+        return load_window(window)
     except (TraceError, OSError) as exc:
         raise EstimateError(str(exc)) from None
 
@@ -162,7 +169,6 @@ class SimPointModel:
 
     def __init__(self, config: SimConfig) -> None:
         self.config = config
-        self._windows: dict[TraceWindow, list[TraceRequest]] = {}
 
     def point_s(self, workload: Workload, point: PointWork) -> float:
         """``T(warmup) + T(primers) + T(measured)``, in the seconds of the server the config starts."""
@@ -181,9 +187,7 @@ class SimPointModel:
 
     def _phase_s(self, workload: Workload, level: float, requests: int) -> float:
         if workload.trace is not None:
-            whole = self._windows.get(workload.trace) or self._windows.setdefault(
-                workload.trace, _window(workload)
-            )
+            whole = _window(workload)
             window = whole[:requests]
             speedup = level / own_rate(whole)
             cached = reusable_tokens(window)
