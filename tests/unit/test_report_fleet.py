@@ -611,6 +611,15 @@ def test_a_failed_job_is_named_with_its_hosts_and_each_ranks_journal(spread: Pat
 # --- before fleets -----------------------------------------------------------------------------------------
 
 
+def _observed(run_dir: Path) -> bool:
+    """Whether any point of the run records an observation (measure/point_flags.py)."""
+    return any(
+        json.loads(line).get("observations")
+        for path in run_dir.glob("*/*/points.jsonl")
+        for line in path.read_text().splitlines()
+    )
+
+
 def test_a_run_from_before_fleets_reports_as_it_did(tmp_path: Path) -> None:
     campaign = campaign_from(
         DEMO, configs=["tp8", "ep4"], workload=BRIEF_WORKLOAD, sim={"sim-time-scale": 0.02}
@@ -644,6 +653,8 @@ def test_a_run_from_before_fleets_reports_as_it_did(tmp_path: Path) -> None:
         "## Measurement checks",
         "### tp8",
         "### ep4",
+        # Where a server queued requests on their way in at a level, the checks' observation says so.
+        *(["### Observations"] if _observed(run_dir) else []),
     ]
     header = report[report.index("## Headline") :].splitlines()[2]
     assert header.startswith("| config | status | out tok/s at lowest C |")
