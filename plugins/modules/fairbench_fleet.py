@@ -104,8 +104,8 @@ from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_impo
 with FairbenchImport.on_control_node() as FAIRBENCH_IMPORT:
     from fairbench.campaign.model import DEFAULT_ISOLATED_HOSTS, repeats_json
     from fairbench.fleet.equivalence import check_pools
-    from fairbench.fleet.plan import SPREAD, PlanError, check_gpus, most_jobs, plan, pools
-    from fairbench.fleet.queue import Queue, new_state, sticky_hosts
+    from fairbench.fleet.plan import SPREAD, PlanError, check_gpus, most_jobs, plan, pools, rounds_seed
+    from fairbench.fleet.queue import Queue, judging_json, new_state, sticky_hosts
     from fairbench.fleet.schedule import predict
     from fairbench.fleet.sharing import machines_json, shared_machines
     from fairbench.measure.repeats import repeats_from_json
@@ -155,6 +155,8 @@ def main() -> None:
         sticky=sticky_hosts(run_dir, jobs),
         repeats=repeats_from_json(repeats_json(campaign)),
         machines=machines,
+        seed=rounds_seed(campaign),
+        judging=judging_json(campaign),
     )
     predicted = predict(state, [host for host in params["play_hosts"] if host not in excluded])
     written = params["queue"] and not module.check_mode

@@ -451,8 +451,13 @@ RULES = [
     ),
     pytest.param(
         changed(("decide", {"margin_pct": 1, "margin": 1})),
-        "decide.margin: unknown key; expected one of margin_pct (did you mean 'margin_pct'?)",
+        "decide.margin: unknown key; expected one of margin_pct, baseline (did you mean 'margin_pct'?)",
         id="decide-unknown-key",
+    ),
+    pytest.param(
+        changed(("decide", {"margin_pct": 1, "baseline": "tp9"})),
+        "decide.baseline: 'tp9' is not a config of the campaign (tp8, tp8-nccl, ep4, ep8-eplb)",
+        id="decide-baseline-unknown",
     ),
     pytest.param(
         changed(("decide", {})),

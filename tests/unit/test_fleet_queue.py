@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from fairbench.fleet.plan import PLAY_POOL, PlanError, check_gpus, most_jobs, plan, pools
+from fairbench.fleet.plan import PLAY_POOL, PlanError, check_gpus, most_jobs, plan, pools, round_order
 from fairbench.fleet.queue import (
     DONE,
     FAILED,
@@ -55,12 +55,27 @@ def state_of(
     )
 
 
-def test_spread_makes_one_job_per_config_and_repeat_repeat_major() -> None:
-    data = campaign({"name": "tp8"}, {"name": "ep4"}, repeats=2)
+def test_spread_makes_one_job_per_config_and_repeat_in_rounds_each_in_an_order_drawn_from_the_seed() -> None:
+    names = ["tp8", "tp8-nccl", "ep4", "ep8"]
+    data = campaign(*({"name": name} for name in names), repeats=6)
     jobs = plan(data, {PLAY_POOL: ["a", "b"]}, placement="spread")
-    assert [job.id for job in jobs] == ["tp8#r0", "ep4#r0", "tp8#r1", "ep4#r1"]
-    assert [job.repeats for job in jobs] == [(0,), (0,), (1,), (1,)]
+    rounds = [jobs[index : index + 4] for index in range(0, 24, 4)]
+    assert [{job.repeats for job in found} for found in rounds] == [{(index,)} for index in range(6)]
+    orders = [[job.config for job in found] for found in rounds]
+    assert all(sorted(order) == sorted(names) for order in orders)
+    assert orders == [round_order(names, 1, index) for index in range(6)]
+    assert len({tuple(order) for order in orders}) > 1  # drawn per round: not the same every time
+    assert [order[0] for order in orders] != [orders[0][0]] * 6
     assert all(job.hosts == ("a", "b") for job in jobs)
+    # The same seed draws the same orders (a resume, the plan); another seed others.
+    assert plan(data, {PLAY_POOL: ["a", "b"]}, placement="spread") == jobs
+    reseeded = {**data, "workload": {**data["workload"], "seed": 2}}
+    assert [job.config for job in plan(reseeded, {PLAY_POOL: ["a"]}, placement="spread")] != [
+        job.config for job in jobs
+    ]
+    # One repeat is no round to draw: the campaign's order.
+    once = plan(campaign(*({"name": name} for name in names)), {PLAY_POOL: ["a"]}, placement="spread")
+    assert [job.id for job in once] == [f"{name}#r0" for name in names]
 
 
 def test_every_host_makes_one_job_per_config_and_host_with_every_repeat() -> None:
@@ -261,7 +276,8 @@ def test_automatic_repeats_under_spread_add_jobs_while_a_level_is_wide_up_to_the
     auto = {"min": 2, "max": 4, "half_width_pct": 2.0}
     data = campaign({"name": "steady"}, {"name": "noisy"}, repeats=auto)
     state = state_of(data, ["a", "b"])
-    assert [job["id"] for job in state.jobs] == ["steady#r0", "noisy#r0", "steady#r1", "noisy#r1"]
+    planned = [f"{name}#r{index}" for index in (0, 1) for name in round_order(["steady", "noisy"], 1, index)]
+    assert [job["id"] for job in state.jobs] == planned
     measured = {"steady": [100.0, 100.0], "noisy": [100.0, 120.0, 110.0, 130.0]}
     done: dict[str, int] = {"steady": 0, "noisy": 0}
     order = []
@@ -284,7 +300,18 @@ def test_automatic_repeats_under_spread_add_jobs_while_a_level_is_wide_up_to_the
             )
         if not progressed and all(answer == DONE for answer in host_of_idle.values()):
             break
-    assert order == ["steady#r0", "noisy#r0", "steady#r1", "noisy#r1", "noisy#r2", "noisy#r3"]
+    # A round at a time: noisy's third repeat once both rounds ended, its fourth once the third had; in
+    # the second round each host took the config it had not measured yet.
+    assert [set(order[:2]), set(order[2:4]), order[4:]] == [
+        set(planned[:2]),
+        set(planned[2:]),
+        ["noisy#r2", "noisy#r3"],
+    ]
+    assert {(state.job(f"{name}#r1")["hosts"][0], name) for name in ("steady", "noisy")} == {
+        (state.job(f"{other}#r0")["hosts"][0], name)
+        for name, other in (("steady", "noisy"), ("noisy", "steady"))
+    }
+    assert state.data["rounds"]["orders"][2:] == [["noisy"], ["noisy"]]
     judged = state.data["judged"]
     assert judged["steady"] == {"count": 2, "stopped": "c2: interval ±0.00 % within ±2 % after 2 repeats"}
     assert judged["noisy"]["count"] == 4

@@ -167,8 +167,9 @@ def test_a_spread_plan_times_each_job_and_plays_the_queue_over_the_hosts() -> No
     # GPU-hours: 2 jobs of each, 2 GPUs each.
     assert least.gpu_hours == pytest.approx((2 * 15 + 2 * 35) * 2 / 3600)
     assert least.start_gpu_hours == pytest.approx(4 * 5 * 2 / 3600)
-    # Repeat-major: h1 takes a#r0 (0-15), h2 b#r0 (0-35), h1 a#r1 (15-30), h1 b#r1 (30-65).
-    assert least.wall_s == pytest.approx(65.0)
+    # In rounds, each drawn from seed 1 as b then a: h1 takes b#r0 (0-35), h2 a#r0 (0-15), then the
+    # config it has not measured, b#r1 (15-50); h1 a#r1 (35-50).
+    assert least.wall_s == pytest.approx(50.0)
     assert found.outlook[MOST] == least  # a fixed count: the least is the most
 
 
@@ -184,13 +185,13 @@ def test_hosts_an_earlier_run_found_sharing_a_machine_take_turns_in_the_plan_unl
     assert shared == [["h1", "h2", "gone"]]
     turns = History(earlier.run_dir, earlier.configs, None, shared)
     pools = {"gpu_hosts": ["h1", "h2"]}
-    # One job at a time: 2 x 15 + 2 x 35 s, where two machines took 65 s.
+    # One job at a time: 2 x 15 + 2 x 35 s, where two machines took 50 s.
     found = forecast(campaign(), pools, placement="spread", hosts_from="test", history=turns)
     assert found.outlook[LEAST].wall_s == pytest.approx(100.0)
     isolated = forecast(
         campaign(isolated_hosts=True), pools, placement="spread", hosts_from="test", history=turns
     )
-    assert isolated.outlook[LEAST].wall_s == pytest.approx(65.0)
+    assert isolated.outlook[LEAST].wall_s == pytest.approx(50.0)
     (run / "fleet.json").write_text("{")  # unreadable: no turns known
     assert read_history(run, [SINGLE_WORKLOAD]).shared == []
 
@@ -292,14 +293,15 @@ def test_a_queue_mid_run_ends_when_its_running_jobs_and_the_rest_have_run() -> N
         placement="spread", pools=pools, jobs=plan(document, pools, placement="spread"), excluded={},
         equivalence=None, sticky={}, repeats=2,
     )  # fmt: skip
-    first = queue["jobs"][0]
+    first = next(job for job in queue["jobs"] if job["id"] == "a#r0")
     first.update(state=RUNNING, hosts=["h1"], claimed_at=100.0)
     seconds = {"a": 10.0, "b": 30.0}
-    # a#r0 runs on h1 until 115; h2 takes b#r0 at 105 (until 135); h1 a#r1 at 115 (125), then b#r1 (155).
+    # a#r0 runs on h1 until 115; h2 takes b#r0 at 105 (until 135); h1 the config it has not measured,
+    # b#r1 at 115 (145); h2 a#r1 at 135 (145).
     end = makespan(
         queue, ["h1", "h2"], lambda job: seconds[job["config"]], now=105.0, running_ends={"a#r0": 115.0}
     )
-    assert end == 155.0
+    assert end == 145.0
 
 
 def test_a_server_over_two_hosts_waits_for_both() -> None:
@@ -308,9 +310,10 @@ def test_a_server_over_two_hosts_waits_for_both() -> None:
     jobs = plan(document.to_json(), pools, placement="spread")
     queue = new_state(placement="spread", pools=pools, jobs=jobs, excluded={}, equivalence=None, sticky={})
     seconds = {"a": 10.0, "wide": 20.0}
-    # a#r0 on h1 (0-10) while h2 waits to gather wide#r0; wide#r0 on both (10-30); a#r1 (30-40) with
-    # wide#r1 gathering behind it (40-60).
-    assert makespan(queue, ["h1", "h2"], lambda job: seconds[job["config"]]) == 60.0
+    # Rounds drawn from seed 1 as wide then a: wide#r0 on both (0-20); h1 a#r0 (20-30), h2 the config it
+    # has not measured, a#r1 (20-30); wide#r1 on both (30-50).
+    assert [job["config"] for job in queue["jobs"]] == ["wide", "a", "wide", "a"]
+    assert makespan(queue, ["h1", "h2"], lambda job: seconds[job["config"]]) == 50.0
 
 
 # --- an earlier run's times ---------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from tests.support.report_files import markdown, section, write_run
 from tests.unit.test_report_verdict import bullet, level_points, order, spread, verdict_of
 
 from fairbench.measure.decision import AHEAD, BELOW_MARGIN, EQUIVALENT, UNDECIDED
+from fairbench.measure.stats import welch_p_value
 from fairbench.report.load import Run, load_run
 from fairbench.report.verdict import LOWEST, PEAK
 
@@ -18,11 +19,17 @@ Shape = tuple[float, float, int]
 
 
 def _run(tmp_path: Path, configs: dict[str, Shape], margin_pct: float | None = 1.0) -> Run:
+    """Each config's repeats on one host, one server (every-host): ``spread``'s values rise with the repeat
+    in every config alike, which rounds would pair as a drift of the machine (tests/unit/test_stopping.py)."""
     points = {
         name: level_points({1: spread(center, noise, count), 4: spread(4 * center, noise, count)})
         for name, (center, noise, count) in configs.items()
     }
-    return load_run(write_run(tmp_path, points, workload={"concurrency": [1, 4]}, margin_pct=margin_pct))
+    return load_run(
+        write_run(
+            tmp_path, points, workload={"concurrency": [1, 4]}, margin_pct=margin_pct, placement="every-host"
+        )
+    )
 
 
 def test_a_clear_lead_is_ahead_and_a_tiny_one_equivalent_each_with_the_test_that_said_it(
@@ -78,3 +85,39 @@ def test_without_a_margin_the_verdict_is_significance_alone(tmp_path: Path) -> N
     assert all(step.decision is None for regime in verdict_of(run).regimes for step in regime.steps)
     text = bullet(markdown(run), LOWEST)
     assert ": significant (p < 0.001 after Holm)." in text and "margin" not in text
+
+
+def _rounds_run(tmp_path: Path, factors: list[float]) -> Run:
+    """tp8 and ep4 under spread, one repeat per round, each round's machines ``factors`` of their speed; ep4
+    is 2 % ahead in every round, give or take 0.1 %."""
+    jitter = [0.001, -0.001, 0.0005, -0.0005, 0.0]
+    tp8 = [100.0 * factor for factor in factors]
+    ep4 = [102.0 * factor * (1 + jitter[index]) for index, factor in enumerate(factors)]
+    points = {
+        name: level_points({1: values, 4: [4 * value for value in values]})
+        for name, values in (("tp8", tp8), ("ep4", ep4))
+    }
+    return load_run(write_run(tmp_path, points, workload={"concurrency": [1, 4]}, margin_pct=1.0))
+
+
+def test_rounds_pair_the_comparison_so_a_drift_of_the_machines_between_rounds_cancels(tmp_path: Path) -> None:
+    # The machines 6 % faster in one round and 4 % slower in another, back where they began by the last.
+    found = verdict_of(_rounds_run(tmp_path, [1.0, 1.06, 0.96, 1.0]))
+    lowest = next(regime for regime in found.regimes if regime.name == LOWEST)
+    [step] = lowest.steps
+    assert step.decision is not None and step.decision.word == AHEAD
+    # Unpaired, the drift would have swamped the 2 %: the same values as lists are undecided.
+    assert step.above.rounds == (0, 1, 2, 3)
+    unpaired = welch_p_value(list(step.above.values), list(step.below.values))
+    assert unpaired is not None and unpaired > 0.2
+
+
+def test_a_baseline_that_drifted_more_than_a_difference_keeps_it_from_being_ahead(tmp_path: Path) -> None:
+    # The last round's machines 3 % faster: the baseline (tp8, the first config) drifted 3 %, more than
+    # ep4's 2 % lead, which is then not called ahead, and the first screen says why.
+    run = _rounds_run(tmp_path, [1.0, 1.0, 1.0, 1.03])
+    lowest = next(regime for regime in verdict_of(run).regimes if regime.name == LOWEST)
+    [step] = lowest.steps
+    assert step.decision is not None and step.decision.word != AHEAD
+    report = markdown(run)
+    assert "drift" in report.split("## ")[0] + section(report, "## Verdict")

@@ -93,7 +93,10 @@ def test_one_percent_apart_with_three_percent_spread_is_within_noise(tmp_path: P
     levels = {1: 100.0, 4: 400.0, 16: 1000.0}
     ep4 = {level: spread(value * 1.01, 0.03, 3) for level, value in levels.items()}
     tp8 = {level: spread(value, 0.03, 3) for level, value in levels.items()}
-    run = load_run(write_run(tmp_path, {"tp8": level_points(tp8), "ep4": level_points(ep4)}))
+    # One server's repeats (every-host): spread's values rise alike in both, which rounds would pair.
+    run = load_run(
+        write_run(tmp_path, {"tp8": level_points(tp8), "ep4": level_points(ep4)}, placement="every-host")
+    )
     report = markdown(run)
     # The same relative spread at every level: both tests have one p, which Holm doubles (m = 2).
     p_value = welch_p_value(ep4[1], tp8[1])
@@ -134,7 +137,7 @@ def test_holm_keeps_a_difference_each_test_alone_calls_significant_within_noise(
     tp8 = {level: [value * factor for value in tp8_values] for level, factor in factors.items()}
     ep8 = {level: spread(50.0 * factor, 0.01, 4) for level, factor in factors.items()}
     configs = {"tp8": level_points(tp8), "ep4": level_points(ep4), "ep8": level_points(ep8)}
-    run = load_run(write_run(tmp_path, configs))
+    run = load_run(write_run(tmp_path, configs, placement="every-host"))  # unpaired: as above
     report = markdown(run)
     for regime in (LOWEST, PEAK):
         assert order(bullet(report, regime)) == "ep4 ≈ tp8 > ep8"

@@ -58,9 +58,10 @@ def test_the_jobs_left_take_the_plans_time_times_what_the_jobs_done_took_over_th
     )
     eta = RunEta(plan(a=(10.0, 10.0), b=(30.0, 30.0)), tmp_path).estimate(now=1020.0)
     assert eta is not None
-    # b#r0 ends at 1060 on h2; h1 takes a#r1 (1020-1040), then b#r1 (1040-1100).
-    assert (eta.least_end, eta.most_end, eta.done, eta.jobs) == (1100.0, 1100.0, 1, 4)
-    assert eta.text(1020.0) == "ETA 1 min 20 s, 1 of 4 jobs done"
+    # h1 takes the config it has not measured, b#r1 (1020-1080); b#r0 ends at 1060 on h2, which takes
+    # a#r1 (1060-1080).
+    assert (eta.least_end, eta.most_end, eta.done, eta.jobs) == (1080.0, 1080.0, 1, 4)
+    assert eta.text(1020.0) == "ETA 1 min 0 s, 1 of 4 jobs done"
     # A running job past its time ends now at the earliest.
     late = RunEta(plan(a=(10.0, 10.0), b=(30.0, 30.0)), tmp_path).estimate(now=1070.0)
     # b#r0 ends now, so h2 takes b#r1 (1070-1130) while h1 runs a#r1 (1070-1090).

@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fairbench.campaign.checks import Fields, bounded, choice, mapping, number_in, unit_name_part, unit_string
-from fairbench.campaign.decide import check_decide
+from fairbench.campaign.decide import check_baseline, check_decide
 from fairbench.campaign.expand import expand
 from fairbench.campaign.findings import Findings
 from fairbench.campaign.fleet import host_fact_names, isolated_hosts
@@ -110,6 +110,7 @@ def _campaign(findings: Findings, document: object, base_dir: Path) -> Campaign:
     slo = top.get("slo", check_slo, no_objectives)
     decide = top.get("decide", check_decide, None)
     configs = expand(findings, name, engine, model, common=common, layers=layers)
+    check_baseline(findings, decide, list(layers))
     report_problems(findings, configs, layers, placement)
     if engine == "sglang":
         warn_unused_sim_flags(findings, common, layers)

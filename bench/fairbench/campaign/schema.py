@@ -270,9 +270,11 @@ def _top_level() -> dict[str, Schema]:
         "decide": {
             "description": "How the verdict decides: margin_pct, the smallest difference that matters, in % "
             "of the lower config's mean; each comparison is then ahead, equivalent, below the margin or "
-            "undecided. Absent: significant or within noise.",
+            "undecided. baseline: the config every other is compared with and whose drift between the "
+            "first round and the last is watched; default the first config. Absent: significant or within "
+            "noise.",
             "type": "object",
-            "properties": {"margin_pct": _bounded(MARGIN_PCT)},
+            "properties": {"margin_pct": _bounded(MARGIN_PCT), "baseline": {"type": "string"}},
             "required": ["margin_pct"],
             "additionalProperties": False,
         },

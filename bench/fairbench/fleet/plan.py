@@ -10,19 +10,23 @@ placement (``campaign.model.PLACEMENTS``):
 
 A config's pool is the play's hosts, or those of the inventory group it is pinned to (``hosts:``); a
 server over ``nodes`` hosts needs that many hosts of its pool at once. Hosts in ``excluded`` (their deploy
-failed) take no job. Jobs are listed in the order they are taken: repeat-major under ``spread`` (every
-config's first repeat before any config's second, so a slow drift of the machines does not fall on one
-config), then the campaign's config order.
+failed) take no job. Jobs are listed in the order they are taken: under ``spread`` in rounds, each round
+one repeat of every config (every config's first repeat before any config's second, so a slow drift of the
+machines does not fall on one config), in an order drawn per round from the campaign's seed
+(``round_order``: a config measured first or last in every round would meet the same part of any periodic
+load each time); under ``every-host``, the campaign's config order.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from fairbench.campaign.model import DEFAULT_NODES, EVERY_HOST, SPREAD, repeats_json
+from fairbench.campaign.model import DEFAULT_NODES, EVERY_HOST, SPREAD, repeats_json, workloads_json
 from fairbench.measure.repeats import most, planned, repeats_from_json
+from fairbench.measure.workload import DEFAULT_SEED
 
 PLAY_POOL = "gpu_hosts"
 """The pool of a config pinned to no group: the play's hosts, named after the inventory group it runs on."""
@@ -124,7 +128,8 @@ def plan(
     """The run's jobs, in the order they are taken (module docstring). PlanError when a config's pool has
     fewer hosts than its server needs; one whose usable hosts (less ``excluded``) are too few still gets
     its jobs, which the queue leaves unplaced (``queue.new_state``)."""
-    repeats = planned(repeats_from_json(repeats_json(campaign)))
+    policy = repeats_from_json(repeats_json(campaign))
+    repeats = planned(policy)
     configs = list(campaign["configs"].values())
     usable = {
         name: tuple(host for host in hosts if host not in excluded) for name, hosts in pools_by_name.items()
@@ -138,10 +143,12 @@ def plan(
                 f"{len(pools_by_name[pool])}: {', '.join(pools_by_name[pool]) or 'none'}"
             )
     if placement == SPREAD:
+        by_name = {str(config["name"]): config for config in configs}
+        seed = rounds_seed(campaign)
         return [
-            _job(config, f"{config['name']}#r{repeat}", (repeat,), usable)
+            _job(by_name[name], f"{name}#r{repeat}", (repeat,), usable)
             for repeat in range(repeats)
-            for config in configs
+            for name in round_order(list(by_name), seed, repeat, rounds=most(policy) > 1)
         ]
     if placement == EVERY_HOST:
         return [
@@ -153,6 +160,20 @@ def plan(
             for host in usable[config.get("hosts") or PLAY_POOL]
         ]
     raise PlanError(f"placement {placement!r}: not {SPREAD} or {EVERY_HOST}")
+
+
+def rounds_seed(campaign: Mapping[str, Any]) -> int:
+    """The seed the rounds' orders are drawn from: the campaign's (its first workload's ``seed``)."""
+    return int(next(iter(workloads_json(campaign).values())).get("seed", DEFAULT_SEED))
+
+
+def round_order(configs: Sequence[str], seed: int, round_index: int, *, rounds: bool = True) -> list[str]:
+    """The order round ``round_index`` measures ``configs`` in: a permutation drawn from ``seed`` and the
+    round alone, so a run and its resume, and the plan, draw the same. A campaign of one round
+    (``rounds`` false: one repeat) keeps its own order: no comparison is tested over a single repeat."""
+    if not rounds:
+        return list(configs)
+    return random.Random(f"{seed}/{round_index}").sample(list(configs), len(configs))
 
 
 def most_jobs(campaign: Mapping[str, Any], jobs: Sequence[Job], *, placement: str) -> int:

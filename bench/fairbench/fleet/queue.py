@@ -31,14 +31,20 @@ The file is JSON, rewritten whole (through a temporary file and a rename) under 
 - ``waiting_for_machine``: host -> when (epoch seconds) it was first told to wait for the machine it
   shares, for each host waiting so now;
 - ``repeats``: the campaign's (``measure.repeats``: a count, or automatic), and under automatic repeats
-  ``judged``: per config, the repeats it got and why no more were added.
+  ``judged``: per config, the repeats it got and why no more were added;
+- ``rounds`` (spread): ``seed``, the seed each round's order is drawn from (``plan.round_order``), and
+  ``orders``, each round's configs in the order they were queued; ``judging``: what automatic repeats are
+  judged by (``decide``, the campaign's margin, or null; ``baseline``; each config's ``gpus``).
 
-Automatic repeats under ``spread``: each job measures one repeat of a config on a fresh server. Its rank 0
-reports the throughput of each listed level with its finish; once every job of a config has ended, the
-queue judges the config's levels over its repeats (``repeats.stop_reason``) and appends the next repeat
-as a new job while a level's interval is too wide, at most ``max`` jobs in all. The new job goes to the
-end of the queue, behind every other config's: the repeats of different configs interleave in time. A
-host with nothing to take waits while such a job may still come, instead of being told it is done.
+Under ``spread`` a job measures one repeat of a config on a fresh server, and repeats run in rounds: round
+K is every config's job ``#rK``. A host takes the open job of the earliest round whose config it has
+measured least (then in the round's order), so each config meets each host as evenly as the counts allow.
+
+Automatic repeats under ``spread``: a job's rank 0 reports the throughput of each listed level with its
+finish; once every job has ended, the queue judges the round (``fleet.stopping``: by the verdict's
+comparisons against the campaign's margin, or without one by each level's interval) and queues the next
+round of the configs still needed, at most ``max`` jobs a config. A host with nothing to take waits while
+such a round may still come, instead of being told it is done.
 """
 
 from __future__ import annotations
@@ -54,15 +60,16 @@ from pathlib import Path
 from typing import Any
 
 from fairbench.campaign.model import SPREAD
-from fairbench.fleet.plan import Job
+from fairbench.fleet.plan import Job, round_order
 from fairbench.fleet.sharing import serialised
+from fairbench.fleet.stopping import judge, levels_of
+from fairbench.measure.decision import baseline_of, decide_rule_from_json
 from fairbench.measure.repeats import (
     JUDGED_METRIC,
     AutoRepeats,
     Repeats,
     repeats_from_json,
     repeats_to_json,
-    stop_reason,
 )
 from fairbench.measure.results_format import LISTED, POINTS_FILE, is_open_loop, level_tag, load_of
 
@@ -135,7 +142,7 @@ class QueueState:
             if job["state"] in (GATHERING, RUNNING) and host in job["hosts"]:
                 return self._joined(job, host, now)
         busy: dict[str, Any] | None = None
-        for job in self.jobs:
+        for job in self._claim_order(host):
             if job["state"] not in OPEN or not self._may_take(job, host):
                 continue
             blocking = self._machine_busy(host, job)
@@ -164,6 +171,17 @@ class QueueState:
             self.finished_hosts.append(host)
         self._unplace_stuck()
         return Claim(DONE)
+
+    def _claim_order(self, host: str) -> list[dict[str, Any]]:
+        """The jobs in the order ``host`` looks for one to take: under spread, by round, then those of the
+        configs it has measured least, then in the round's order; else in plan order."""
+        if self.data["placement"] != SPREAD:
+            return self.jobs
+        met: dict[str, int] = {}
+        for job in self.jobs:
+            if job["state"] not in (*OPEN, UNPLACED) and host in job["hosts"]:
+                met[job["config"]] = met.get(job["config"], 0) + 1
+        return sorted(self.jobs, key=lambda job: (min(job["repeats"]), met.get(job["config"], 0)))
 
     def leave(self, host: str) -> None:
         """``host`` takes no job (its deploy failed after the jobs were placed): jobs that cannot get their
@@ -242,14 +260,20 @@ class QueueState:
         job["state"] = OK if ok else FAILED
         job["reason"] = reason
         job["finished_at"] = now
+        # Lowest level first within a workload: the lowest is what the verdict's first regime compares at.
+        ordered = sorted(points, key=lambda point: (str(point.get("workload") or ""), *self._load(point)))
         job["throughputs"] = {
             self._judged_level(point): float(point[JUDGED_METRIC])
-            for point in points
+            for point in ordered
             if point.get("repeat") in job["repeats"]
             and point.get("level_source", LISTED) == LISTED
             and isinstance(point.get(JUDGED_METRIC), int | float)
         }
-        self._judge(job["config"])
+        self._judge()
+
+    @staticmethod
+    def _load(point: Mapping[str, Any]) -> tuple[bool, float]:
+        return is_open_loop(point), load_of(point)
 
     @staticmethod
     def _judged_level(point: Mapping[str, Any]) -> str:
@@ -262,50 +286,65 @@ class QueueState:
         policy = repeats_from_json(self.data.get("repeats", 1))
         return policy if isinstance(policy, AutoRepeats) and self.data["placement"] == SPREAD else None
 
-    def _judge(self, config: str) -> None:
-        """Once every job of ``config`` has ended: append its next repeat while a level's interval is wide
-        and it has had fewer than ``max`` jobs, else record why its repeats stopped (``judged``)."""
+    def _judge(self) -> None:
+        """Once every job has ended: judge the round (``fleet.stopping.judge``), record why each config
+        that needs no more stopped (``judged``) and queue the next round of those that do."""
         policy = self._policy()
-        jobs = [job for job in self.jobs if job["config"] == config]
-        if policy is None or any(job["state"] in (*OPEN, RUNNING) for job in jobs):
+        if policy is None or any(job["state"] in (*OPEN, RUNNING) for job in self.jobs):
             return
-        by_level: dict[str, list[float]] = {}
-        for job in jobs:
-            for level, value in job.get("throughputs", {}).items():
-                by_level.setdefault(level, []).append(value)
-        reasons = {level: stop_reason(values, policy) for level, values in by_level.items()}
-        if len(jobs) < policy.maximum and None in reasons.values():
-            last = jobs[-1]
-            repeat = 1 + max(max(job["repeats"]) for job in jobs)
+        judged: dict[str, Any] = self.data.setdefault("judged", {})
+        counts: dict[str, int] = {}
+        for job in self.jobs:
+            if job["config"] not in judged:
+                counts[job["config"]] = counts.get(job["config"], 0) + 1
+        if not counts:
+            return
+        judging = self.data.get("judging") or {}
+        found = judge(
+            levels_of(self.jobs),
+            counts,
+            policy,
+            rule=decide_rule_from_json(judging.get("decide")),
+            baseline=str(judging.get("baseline") or next(iter(counts))),
+            gpus=judging.get("gpus") or {},
+        )
+        for config, why in found.items():
+            if why is not None:
+                judged[config] = {"count": counts[config], "stopped": why}
+        needed = [config for config, why in found.items() if why is None]
+        if needed:
+            self._queue_round(needed)
+
+    def _queue_round(self, configs: Sequence[str]) -> None:
+        """The next round: a job of each of ``configs``, in the order drawn for the round."""
+        index = 1 + max(max(job["repeats"]) for job in self.jobs)
+        rounds = self.data.setdefault("rounds", {"seed": 0, "orders": []})
+        order = round_order(configs, int(rounds["seed"]), index)
+        for config in order:
+            last = [job for job in self.jobs if job["config"] == config][-1]
             self.jobs.append(
                 {
                     **{key: last[key] for key in ("config", "pool", "eligible", "nodes", "extends_repeats")},
-                    **{"id": f"{config}#r{repeat}", "repeats": [repeat], "state": PENDING, "hosts": []},
+                    **{"id": f"{config}#r{index}", "repeats": [index], "state": PENDING, "hosts": []},
                     **{"sticky": [], "claimed_at": None, "finished_at": None, "reason": None},
                 }
             )
-            return
-        shown = "; ".join(f"{level}: {why}" for level, why in reasons.items() if why) or (
-            f"no level measured in {len(jobs)} job(s)"
-        )
-        self.data.setdefault("judged", {})[config] = {"count": len(jobs), "stopped": shown}
+        rounds["orders"].append(order)
 
     def _judging(self, host: str) -> list[str]:
-        """The configs ``host`` may run whose next automatic repeat is not decided yet: some job of theirs
-        still runs, and they have had fewer than ``max``."""
+        """The configs ``host`` may run that may still get another round: not judged yet, fewer than
+        ``max`` jobs, while some job still runs (its end judges the round)."""
         policy = self._policy()
         if policy is None or host in self.finished_hosts:
             return []
-        found: dict[str, None] = {}
+        if not any(job["state"] in (GATHERING, RUNNING) for job in self.jobs):
+            return []
+        judged = self.data.get("judged") or {}
+        found: dict[str, int] = {}
         for job in self.jobs:
-            config_jobs = [other for other in self.jobs if other["config"] == job["config"]]
-            if (
-                job["state"] in (GATHERING, RUNNING)
-                and host in job["eligible"]
-                and len(config_jobs) < policy.maximum
-            ):
-                found[job["config"]] = None
-        return list(found)
+            if job["config"] not in judged and host in job["eligible"]:
+                found[job["config"]] = found.get(job["config"], 0) + 1
+        return [config for config, count in found.items() if count < policy.maximum]
 
     def job(self, job_id: str) -> dict[str, Any]:
         for job in self.jobs:
@@ -358,10 +397,14 @@ def new_state(
     sticky: Mapping[str, Sequence[str]],
     repeats: Repeats = 1,
     machines: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    judging: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A fresh queue of ``jobs``: every job pending, led by its sticky hosts where it has them, but those
     with too few usable hosts (their pool's others failed to deploy), unplaced at once; ``machines``: the
-    hosts that share a machine (``fleet.sharing.machines_json``), None where none was judged."""
+    hosts that share a machine (``fleet.sharing.machines_json``), None where none was judged; under spread,
+    ``seed`` draws the order of the rounds the queue adds, and ``judging`` (``judging_json``) says what
+    automatic repeats are judged by."""
     data: dict[str, Any] = {
         "placement": placement,
         "repeats": repeats_to_json(repeats),
@@ -384,6 +427,12 @@ def new_state(
         "finished_hosts": [],
         "waiting_for_machine": {},
     }
+    if placement == SPREAD:
+        orders: dict[int, list[str]] = {}
+        for planned in jobs:
+            orders.setdefault(min(planned.repeats), []).append(planned.config)
+        data["rounds"] = {"seed": seed, "orders": [orders[index] for index in sorted(orders)]}
+        data["judging"] = dict(judging) if judging is not None else None
     queued: list[dict[str, Any]] = data["jobs"]
     for job in queued:
         if len(job["eligible"]) < job["nodes"]:
@@ -394,6 +443,17 @@ def new_state(
                 f"{', '.join(job['eligible']) or 'none'}; deploy failed on {', '.join(failed) or 'none'}"
             )
     return data
+
+
+def judging_json(campaign: Mapping[str, Any]) -> dict[str, Any]:
+    """fleet.json's ``judging`` for ``campaign`` (campaign.json's data): its ``decide`` (or null), its
+    baseline config (``decision.baseline_of``) and each config's GPUs."""
+    rule = decide_rule_from_json(campaign.get("decide"))
+    return {
+        "decide": rule.to_json() if rule is not None else None,
+        "baseline": baseline_of(campaign),
+        "gpus": {name: config.get("gpus") for name, config in campaign["configs"].items()},
+    }
 
 
 def sticky_hosts(run_dir: Path, jobs: Sequence[Job]) -> dict[str, list[str]]:

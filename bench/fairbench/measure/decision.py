@@ -3,10 +3,13 @@
 decided.
 
 A comparison is of config A against config B by the values of their repeats: d = m_A - m_B, and the margin
-M = margin_pct / 100 x m_B, in the figure's own units. Three tests of d, each Welch's (unequal spreads):
+M = margin_pct / 100 x m_B, in the figure's own units. Three tests of d, each Welch's (unequal spreads), or
+paired where the two configs' repeats ran in the same rounds (``stats.compare``):
 
 - **difference**: H0: d = 0, two-sided (``stats.welch_p_value``);
-- **superiority**: H0: d <= M, one-sided: A ahead of B by more than the margin (``stats.shifted_p_value``);
+- **superiority**: H0: d <= M', one-sided: A ahead of B by more than the margin (``stats.shifted_p_value``),
+  M' = max(M, F / 100 x m_B), F the baseline's drift between its first and last round (``measure.rounds``),
+  where it was measured: no difference smaller than the machines drifted is called ahead;
 - **equivalence**: H0: |d| >= M, two one-sided tests (TOST, ``stats.equivalence_p_value``).
 
 Comparisons judged together (the verdict's, or those of one run's queue) are one family: each test is
@@ -30,16 +33,19 @@ from dataclasses import dataclass
 from fairbench.measure.metrics import mean
 from fairbench.measure.stats import (
     ALPHA,
+    Sample,
     equivalence_p_value,
     holm,
     holm_adjusted,
+    paired_differences,
     sample_std,
+    sample_values,
     shifted_p_value,
     t_quantile,
     welch_p_value,
 )
 
-DECIDE_KEYS = ("margin_pct",)
+DECIDE_KEYS = ("margin_pct", "baseline")
 """The keys of a campaign's ``decide``."""
 
 
@@ -49,9 +55,12 @@ class DecideRule:
 
     margin_pct: float
     """The smallest difference that matters, in % of the lower mean (``bounds.MARGIN_PCT``)."""
+    baseline: str | None = None
+    """The config every other is compared with, and the drift sentinel (``measure.rounds``); None: the
+    campaign's first config (``baseline_of``)."""
 
-    def to_json(self) -> dict[str, float]:
-        return {"margin_pct": self.margin_pct}
+    def to_json(self) -> dict[str, float | str]:
+        return {"margin_pct": self.margin_pct, **({"baseline": self.baseline} if self.baseline else {})}
 
 
 def decide_rule_from_json(value: object) -> DecideRule | None:
@@ -60,9 +69,19 @@ def decide_rule_from_json(value: object) -> DecideRule | None:
     if not isinstance(value, Mapping):
         return None
     margin = value.get("margin_pct")
+    baseline = value.get("baseline")
     if isinstance(margin, int | float) and not isinstance(margin, bool) and 0 < margin < math.inf:
-        return DecideRule(float(margin))
+        return DecideRule(float(margin), baseline if isinstance(baseline, str) else None)
     return None
+
+
+def baseline_of(campaign: Mapping[str, object]) -> str | None:
+    """campaign.json's baseline config: its ``decide.baseline``, else its first config; None without
+    configs."""
+    rule = decide_rule_from_json(campaign.get("decide"))
+    configs = campaign.get("configs")
+    first = next(iter(configs), None) if isinstance(configs, Mapping) else None
+    return rule.baseline if rule is not None and rule.baseline else first
 
 
 AHEAD = "ahead"
@@ -88,14 +107,18 @@ class MarginTests:
 
 
 def margin_tests(
-    values_a: Sequence[float], values_b: Sequence[float], margin_pct: float
+    sample_a: Sample, sample_b: Sample, margin_pct: float, ahead_floor_pct: float = 0.0
 ) -> MarginTests | None:
-    """A against B with the margin ``margin_pct`` % of B's mean; None with fewer than two values on a side,
-    or a B whose mean is 0 (no share of it)."""
-    margin = margin_pct / 100 * abs(mean(values_b)) if values_b else 0.0
-    difference = welch_p_value(values_a, values_b)
-    superiority = shifted_p_value(values_a, values_b, margin)
-    equivalence = equivalence_p_value(values_a, values_b, margin) if margin > 0 else None
+    """A against B with the margin ``margin_pct`` % of B's mean, each test by the samples' design (paired
+    within rounds where they share them: ``stats.Sample``); superiority against the larger of the margin
+    and ``ahead_floor_pct`` (the baseline's drift between rounds: no difference smaller than it is called
+    ahead). None with fewer than two values on a side, or a B whose mean is 0 (no share of it)."""
+    values_b = sample_values(sample_b)
+    reference = abs(mean(values_b)) if values_b else 0.0
+    margin = margin_pct / 100 * reference
+    difference = welch_p_value(sample_a, sample_b)
+    superiority = shifted_p_value(sample_a, sample_b, max(margin_pct, ahead_floor_pct) / 100 * reference)
+    equivalence = equivalence_p_value(sample_a, sample_b, margin) if margin > 0 else None
     if difference is None or superiority is None or equivalence is None:
         return None
     return MarginTests(difference, superiority, equivalence, margin)
@@ -140,26 +163,38 @@ def decide(found: Sequence[MarginTests | None], alpha: float = ALPHA) -> list[De
     return decisions
 
 
-def repeats_to_decide(
-    values_a: Sequence[float], values_b: Sequence[float], margin: float, alpha: float
-) -> int | None:
+def repeats_to_decide(sample_a: Sample, sample_b: Sample, margin: float, alpha: float) -> int | None:
     """The repeats of each config after which an undecided comparison would be decided, were its means and
     spreads what they are now: the smallest n with gap / se(n) >= t(1 - alpha, df(n)), where gap = |d| - M
-    (superiority) or M - |d| (equivalence, its nearer bound), se(n) = sqrt((s_a^2 + s_b^2) / n) and df(n)
-    Welch's for n values a side, (s_a^2 + s_b^2)^2 (n - 1) / (s_a^4 + s_b^4). ``alpha``: the level its
-    test must reach (the verdict's: ALPHA over the family's size, Holm's strictest step). None where no
-    number would (d exactly at the margin), nothing varies, or it would take more than
-    MOST_REPEATS_ESTIMATED."""
+    (superiority) or M - |d| (equivalence, its nearer bound). Welch's: se(n) = sqrt((s_a^2 + s_b^2) / n) and
+    df(n) Welch's for n values a side, (s_a^2 + s_b^2)^2 (n - 1) / (s_a^4 + s_b^4); paired (by round, two
+    rounds or more shared), se(n) = s_d / sqrt(n) and df(n) = n - 1, s_d the spread of the within-round
+    differences. ``alpha``: the level its test must reach (the verdict's: ALPHA over the family's size,
+    Holm's strictest step). None where no number would (d exactly at the margin), nothing varies, or it
+    would take more than MOST_REPEATS_ESTIMATED."""
+    values_a, values_b = sample_values(sample_a), sample_values(sample_b)
     if len(values_a) < 2 or len(values_b) < 2:
         return None
-    gap = abs(abs(mean(values_a) - mean(values_b)) - margin)
-    var_a, var_b = sample_std(values_a) ** 2, sample_std(values_b) ** 2
-    if gap == 0 or var_a + var_b == 0:
+    shared = paired_differences(sample_a, sample_b)
+    if shared is not None:
+        gap = abs(abs(mean(shared)) - margin)
+        spread = sample_std(shared) ** 2
+
+        def df_of(n: int) -> float:
+            return float(n - 1)
+    else:
+        gap = abs(abs(mean(values_a) - mean(values_b)) - margin)
+        var_a, var_b = sample_std(values_a) ** 2, sample_std(values_b) ** 2
+        spread = var_a + var_b
+
+        def df_of(n: int) -> float:
+            return spread**2 * (n - 1) / (var_a**2 + var_b**2)
+
+    if gap == 0 or spread == 0:
         return None
 
     def decides(n: int) -> bool:
-        df = (var_a + var_b) ** 2 * (n - 1) / (var_a**2 + var_b**2)
-        return gap / math.sqrt((var_a + var_b) / n) >= t_quantile(1 - alpha, max(df, 1.0))
+        return gap / math.sqrt(spread / n) >= t_quantile(1 - alpha, max(df_of(n), 1.0))
 
     low = max(len(values_a), len(values_b), 2)
     if decides(low):

@@ -2,7 +2,8 @@
 
 A point measured ``n`` times (the campaign's ``repeats``) gives ``n`` values of each metric. Their mean
 is reported with a 95 % confidence interval, and two configs are compared with Welch's t-test, which
-does not assume both have the same run-to-run spread. Both need the 0.975 quantile of Student's t
+does not assume both have the same run-to-run spread, or, where their repeats ran in the same rounds, with
+the paired t-test of their within-round differences. Both need the 0.975 quantile of Student's t
 distribution, taken from a table (no scipy: the report must run wherever fairbench runs). A test's
 p-value needs Student's t distribution itself: computed here from the regularized incomplete beta
 function. Many tests at once (a verdict over every pair of configs) are corrected with Holm's method.
@@ -11,7 +12,7 @@ function. Many tests at once (a verdict over every pair of configs) are correcte
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from fairbench.measure.metrics import mean
@@ -84,15 +85,25 @@ class Comparison:
 
 
 @dataclass(frozen=True)
-class _Welch:
-    """Welch's standard error of mean_a - mean_b and its Welch-Satterthwaite degrees of freedom."""
+class _Difference:
+    """mean_a - mean_b as the design measured it, with its standard error and degrees of freedom."""
 
     difference: float
     standard_error: float
     df: float
 
 
-def _welch(values_a: Sequence[float], values_b: Sequence[float]) -> _Welch | None:
+Sample = Sequence[float] | Mapping[int, float]
+"""A config's values over its repeats: a sequence (independent repeats), or by round (a spread campaign's
+repeats run in rounds: ``measure.rounds``), which two configs measured in the same rounds are compared by."""
+
+
+def sample_values(sample: Sample) -> list[float]:
+    """The sample's values, in its order (by round: its rounds' order)."""
+    return list(sample.values()) if isinstance(sample, Mapping) else list(sample)
+
+
+def _welch(values_a: Sequence[float], values_b: Sequence[float]) -> _Difference | None:
     """se = sqrt(s_a^2/n_a + s_b^2/n_b), df = se^4 / ((s_a^2/n_a)^2/(n_a-1) + (s_b^2/n_b)^2/(n_b-1));
     None with fewer than two values on a side; df infinite when both spreads are 0."""
     if len(values_a) < 2 or len(values_b) < 2:
@@ -102,30 +113,59 @@ def _welch(values_a: Sequence[float], values_b: Sequence[float]) -> _Welch | Non
     standard_error = math.sqrt(share_a + share_b)
     difference = mean(values_a) - mean(values_b)
     if standard_error == 0:
-        return _Welch(difference, 0.0, math.inf)
+        return _Difference(difference, 0.0, math.inf)
     df = standard_error**4 / (share_a**2 / (len(values_a) - 1) + share_b**2 / (len(values_b) - 1))
     # >= min(n_a, n_b) - 1 >= 1 in exact arithmetic; rounding may dip below
-    return _Welch(difference, standard_error, max(df, 1.0))
+    return _Difference(difference, standard_error, max(df, 1.0))
 
 
-def compare(values_a: Sequence[float], values_b: Sequence[float]) -> Comparison:
-    """A against B with Welch's t-test at the 5 % level.
+def _paired(differences: Sequence[float]) -> _Difference:
+    """Within-round differences d_r = a_r - b_r over n >= 2 shared rounds: their mean, se = s_d / sqrt(n),
+    df = n - 1 (infinite when every d_r is the same)."""
+    standard_error = sample_std(differences) / math.sqrt(len(differences))
+    df = float(len(differences) - 1) if standard_error else math.inf
+    return _Difference(mean(differences), standard_error, df)
 
-    With means m, sample variances s^2 and counts n: se = sqrt(s_a^2/n_a + s_b^2/n_b), the
+
+def paired_differences(sample_a: Sample, sample_b: Sample) -> list[float] | None:
+    """a_r - b_r for each round r both were measured in, earliest first, where both are by round and share
+    two rounds or more; else None (compared unpaired)."""
+    if not isinstance(sample_a, Mapping) or not isinstance(sample_b, Mapping):
+        return None
+    shared = sorted(sample_a.keys() & sample_b.keys())
+    return [sample_a[index] - sample_b[index] for index in shared] if len(shared) >= 2 else None
+
+
+def _difference(sample_a: Sample, sample_b: Sample) -> _Difference | None:
+    """A against B by their design: paired (:func:`_paired`) where they share rounds
+    (:func:`paired_differences`), so what a round did to every config it measured (the machines' drift
+    between rounds) cancels; else Welch's over all their values (:func:`_welch`)."""
+    shared = paired_differences(sample_a, sample_b)
+    if shared is not None:
+        return _paired(shared)
+    return _welch(sample_values(sample_a), sample_values(sample_b))
+
+
+def compare(sample_a: Sample, sample_b: Sample) -> Comparison:
+    """A against B at the 5 % level, by their design (:func:`_difference`: Welch's t-test, or paired
+    within rounds).
+
+    Welch's, with means m, sample variances s^2 and counts n: se = sqrt(s_a^2/n_a + s_b^2/n_b), the
     Welch-Satterthwaite df = se^4 / ((s_a^2/n_a)^2/(n_a-1) + (s_b^2/n_b)^2/(n_b-1)), and the
-    difference is significant when |m_a - m_b| > t(0.975, df) * se. When both spreads are 0, any
-    difference of the means is significant (every repeat measured the same, so nothing is noise).
-    The p-value is :func:`welch_p_value`'s.
+    difference d = m_a - m_b is significant when |d| > t(0.975, df) * se; paired, d the mean of the
+    within-round differences, se their standard error and df = n - 1. When se is 0, any difference is
+    significant (every repeat measured the same, so nothing is noise). The p-value is
+    :func:`welch_p_value`'s. ``relative_pct`` is of all values' means either way.
     """
-    mean_a, mean_b = mean(values_a), mean(values_b)
+    mean_a, mean_b = mean(sample_values(sample_a)), mean(sample_values(sample_b))
     relative = (mean_a - mean_b) / mean_b * 100 if mean_b else (0.0 if mean_a == mean_b else math.inf)
-    welch = _welch(values_a, values_b)
-    if welch is None:
+    found = _difference(sample_a, sample_b)
+    if found is None:
         return Comparison(relative, None)
-    p_value = _p_value(welch)
-    if welch.standard_error == 0:
-        return Comparison(relative, mean_a != mean_b, p_value)
-    significant = abs(welch.difference) > t_quantile_975(welch.df) * welch.standard_error
+    p_value = _p_value(found)
+    if found.standard_error == 0:
+        return Comparison(relative, found.difference != 0, p_value)
+    significant = abs(found.difference) > t_quantile_975(found.df) * found.standard_error
     return Comparison(relative, significant, p_value)
 
 
@@ -218,64 +258,62 @@ def t_quantile(probability: float, df: float) -> float:
     return (low + high) / 2
 
 
-def _p_value(welch: _Welch) -> float:
-    if welch.standard_error == 0:
-        return 0.0 if welch.difference else 1.0
-    return t_two_sided_p(welch.difference / welch.standard_error, welch.df)
+def _p_value(found: _Difference) -> float:
+    if found.standard_error == 0:
+        return 0.0 if found.difference else 1.0
+    return t_two_sided_p(found.difference / found.standard_error, found.df)
 
 
-def welch_p_value(values_a: Sequence[float], values_b: Sequence[float]) -> float | None:
-    """The two-sided p-value of Welch's t-test of equal means: with t = (m_a - m_b) / se and the
-    Welch-Satterthwaite df (unrounded, as :func:`compare` gives them), p = P(|T_df| >= |t|). When both
-    spreads are 0: 0 when the means differ, 1 when they are equal. None with fewer than two values on a
-    side."""
-    welch = _welch(values_a, values_b)
-    return None if welch is None else _p_value(welch)
+def welch_p_value(sample_a: Sample, sample_b: Sample) -> float | None:
+    """The two-sided p-value of the t-test of equal means, by the samples' design (:func:`_difference`):
+    with t = d / se and its df (Welch-Satterthwaite's unrounded, as :func:`compare` gives them, or n - 1
+    paired), p = P(|T_df| >= |t|). When se is 0: 0 when d is not, 1 when it is. None with fewer than two
+    values on a side."""
+    found = _difference(sample_a, sample_b)
+    return None if found is None else _p_value(found)
 
 
-def shifted_p_value(values_a: Sequence[float], values_b: Sequence[float], shift: float) -> float | None:
-    """The one-sided p-value of Welch's test of H0: m_a - m_b <= ``shift`` against m_a - m_b > shift: with
-    se and the unrounded Welch-Satterthwaite df as in :func:`welch_p_value`, p = P(T_df >= (d - shift) / se),
-    d = m_a - m_b. When both spreads are 0: 0 when d > shift, else 1. None with fewer than two values on a
-    side. H0: d >= shift against d < shift is the same test of B against A with -shift."""
-    welch = _welch(values_a, values_b)
-    if welch is None:
+def shifted_p_value(sample_a: Sample, sample_b: Sample, shift: float) -> float | None:
+    """The one-sided p-value of the test of H0: d <= ``shift`` against d > shift (d = m_a - m_b, by the
+    samples' design as in :func:`welch_p_value`): p = P(T_df >= (d - shift) / se). When se is 0: 0 when
+    d > shift, else 1. None with fewer than two values on a side. H0: d >= shift against d < shift is the
+    same test of B against A with -shift."""
+    found = _difference(sample_a, sample_b)
+    if found is None:
         return None
-    excess = welch.difference - shift
-    if welch.standard_error == 0:
+    excess = found.difference - shift
+    if found.standard_error == 0:
         return 0.0 if excess > 0 else 1.0
-    t = excess / welch.standard_error
-    tail = t_two_sided_p(t, welch.df) / 2  # P(T >= |t|), exact to the smallest p
+    t = excess / found.standard_error
+    tail = t_two_sided_p(t, found.df) / 2  # P(T >= |t|), exact to the smallest p
     return tail if t >= 0 else 1.0 - tail
 
 
-def equivalence_p_value(values_a: Sequence[float], values_b: Sequence[float], margin: float) -> float | None:
+def equivalence_p_value(sample_a: Sample, sample_b: Sample, margin: float) -> float | None:
     """Two one-sided tests (TOST) that the means are within ``margin`` (> 0) of each other: H0: d <= -margin
     and H0: d >= margin, each by :func:`shifted_p_value` (the second as B against A); p = the larger of the
     two, so that rejecting at level alpha rejects both, and d lies within +-margin at that level. None with
     fewer than two values on a side."""
-    below = shifted_p_value(values_a, values_b, -margin)
-    above = shifted_p_value(values_b, values_a, -margin)
+    below = shifted_p_value(sample_a, sample_b, -margin)
+    above = shifted_p_value(sample_b, sample_a, -margin)
     if below is None or above is None:
         return None
     return max(below, above)
 
 
-def difference_interval_pct(
-    values_a: Sequence[float], values_b: Sequence[float]
-) -> tuple[float, float] | None:
-    """The 95 % confidence interval of mean_a - mean_b (Welch) as a percentage of mean_b:
-    100 * (m_a - m_b -+ t(0.975, df) * se) / m_b, low first, with se and the unrounded df as in
-    :func:`welch_p_value` and the exact quantile (:func:`t_quantile`), so the interval excludes 0 exactly
-    when that p-value is below 0.05. (``compare``'s table t, at the df rounded down to a table row, is no
-    smaller but for the table's rounding, so its test is a little stricter near the boundary.) None with
-    fewer than two values on a side, or when mean_b is 0 (no percentage of it)."""
-    welch = _welch(values_a, values_b)
-    reference = mean(values_b)
-    if welch is None or reference == 0:
+def difference_interval_pct(sample_a: Sample, sample_b: Sample) -> tuple[float, float] | None:
+    """The 95 % confidence interval of d = mean_a - mean_b (by the samples' design, :func:`_difference`) as
+    a percentage of mean_b: 100 * (d -+ t(0.975, df) * se) / m_b, low first, with se and the unrounded df
+    as in :func:`welch_p_value` and the exact quantile (:func:`t_quantile`), so the interval excludes 0
+    exactly when that p-value is below 0.05. (``compare``'s table t, at the df rounded down to a table row,
+    is no smaller but for the table's rounding, so its test is a little stricter near the boundary.) None
+    with fewer than two values on a side, or when mean_b is 0 (no percentage of it)."""
+    found = _difference(sample_a, sample_b)
+    reference = mean(sample_values(sample_b))
+    if found is None or reference == 0:
         return None
-    half_width = 0.0 if welch.standard_error == 0 else t_quantile(0.975, welch.df) * welch.standard_error
-    bounds = sorted(100 * (welch.difference + sign * half_width) / reference for sign in (-1, 1))
+    half_width = 0.0 if found.standard_error == 0 else t_quantile(0.975, found.df) * found.standard_error
+    bounds = sorted(100 * (found.difference + sign * half_width) / reference for sign in (-1, 1))
     return bounds[0], bounds[1]
 
 

@@ -43,7 +43,13 @@ def is_repeats(value: object) -> bool:
 
 def is_decide(value: object) -> bool:
     """campaign.json's ``decide``: ``measure.decision.DecideRule.to_json``'s mapping."""
-    return isinstance(value, Mapping) and set(value) == set(DECIDE_KEYS) and is_positive(value["margin_pct"])
+    return (
+        isinstance(value, Mapping)
+        and "margin_pct" in value
+        and set(value) <= set(DECIDE_KEYS)
+        and is_positive(value["margin_pct"])
+        and isinstance(value.get("baseline", ""), str)
+    )
 
 
 def is_placement(value: object) -> bool:
@@ -58,7 +64,7 @@ CAMPAIGN_RULES: tuple[Rule, ...] = (
     Rule("configs", "an object", is_mapping, True),
     Rule("workloads", "an object", is_mapping, False),
     Rule("slo", "an object", is_mapping, False),
-    Rule("decide", "null or {margin_pct: a positive number}", or_null(is_decide), False),
+    Rule("decide", "null or {margin_pct: a positive number, baseline: a config}", or_null(is_decide), False),
     Rule("warnings", "a list of strings", list_of(is_text), False),
     Rule("placement", " or ".join(PLACEMENTS), is_placement, False),
     Rule("accept_host_differences", "a list of strings", list_of(is_text), False),

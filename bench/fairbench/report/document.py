@@ -57,6 +57,7 @@ from fairbench.report.formatting import Label, change, corrected_change, figure,
 from fairbench.report.load import Run
 from fairbench.report.planned import planned_blocks
 from fairbench.report.plots import pareto_flagged
+from fairbench.report.rounds import drift_alerts, rounds_blocks
 from fairbench.report.summary import (
     BEHIND,
     SLO_MET,
@@ -220,7 +221,8 @@ def _failed_alert(configs: Sequence[ConfigRun], label: Label) -> Alert | None:
 
 
 INTERVALS = (
-    "figures are mean ± 95 % confidence interval (Student t); comparisons are Welch's t-test at the 5 % level"
+    "figures are mean ± 95 % confidence interval (Student t); comparisons are t-tests at the 5 % level "
+    "(Welch's, or paired within the rounds of a spread run)"
 )
 
 
@@ -291,6 +293,7 @@ def _first_screen(
     if failed:
         blocks.append(failed)
     blocks += fleet_alerts(run)
+    blocks += drift_alerts(run, headlines)
     blocks += _campaign_change_alerts(run)
     blocks += _file_alerts([run])
     if run.campaign.get("warnings"):
@@ -717,6 +720,7 @@ def run_blocks(
     blocks += _level_blocks(headlines, label, run.fleet, marks)
     blocks += turn_blocks(headlines, label)
     blocks += checks_blocks(headlines, label, marks, CHECKS_TITLE)
+    blocks += rounds_blocks(run, headlines)
     blocks += overhead_blocks(run)
     blocks += planned_blocks(run)
     failures = failure_blocks(run.configs, label)

@@ -1,8 +1,9 @@
 """fleet.json (``fairbench.fleet.queue``) as the report reads it: the placement, the pools, the hosts'
 equivalence (``fairbench.fleet.equivalence``: the differences the campaign accepted and those it refused),
 the hosts found to share a machine and whether the campaign declared its hosts isolated
-(``fairbench.fleet.sharing``), the jobs of the queue and, under automatic repeats, how the queue judged
-each config's repeats (``judged``), each holding only what is well-formed; the rest is named, by key path.
+(``fairbench.fleet.sharing``), the jobs of the queue, under automatic repeats how the queue judged
+each config's repeats (``judged``), and under spread the order each round's configs were queued in
+(``rounds``), each holding only what is well-formed; the rest is named, by key path.
 """
 
 from __future__ import annotations
@@ -80,6 +81,16 @@ class Judged:
 
 
 @dataclass(frozen=True)
+class RoundOrders:
+    """The order each round's configs were queued in (fleet.json's ``rounds``)."""
+
+    seed: int | None
+    """What the orders were drawn from; None where not recorded."""
+    orders: tuple[tuple[str, ...], ...]
+    """Per round (its index), its configs in the order queued."""
+
+
+@dataclass(frozen=True)
 class Fleet:
     """fleet.json (fleet.queue), as far as the report reads it, holding only what is well-formed of it."""
 
@@ -100,6 +111,8 @@ class Fleet:
     judged: dict[str, Judged] = field(default_factory=dict)
     """Config -> how its automatic repeats were judged; empty under fixed repeats, every-host, or a
     fleet.json from before the queue judged repeats."""
+    rounds: RoundOrders | None = None
+    """None where fleet.json records no rounds (every-host, or a run from before they were recorded)."""
 
 
 FLEET_RULES: tuple[Rule, ...] = (
@@ -114,6 +127,9 @@ FLEET_RULES: tuple[Rule, ...] = (
     Rule("machines.isolated", "true or false", lambda value: isinstance(value, bool), False),
     Rule("jobs", "a list", is_list, False),
     Rule("judged", "an object", is_mapping, False),
+    Rule("rounds", "an object", is_mapping, False),
+    Rule("rounds.seed", "a whole number", whole(0), False),
+    Rule("rounds.orders", "a list of lists of strings", list_of(list_of(is_text)), False),
 )
 """fleet.json (fleet.queue) as far as the report reads it; a key that breaks its rule is left out."""
 HOST_DIFFERENCE_RULES: tuple[Rule, ...] = (
@@ -198,6 +214,7 @@ def load_fleet(run_dir: Path) -> tuple[Fleet | None, list[str]]:
     kept = drop_broken(document, FLEET_RULES, "", problems)
     equivalence = kept.get("equivalence") or {}
     machines = kept.get("machines") or {}
+    rounds = kept.get("rounds")
     jobs = [_fleet_job(value, f"jobs[{index}]", problems) for index, value in enumerate(kept.get("jobs", []))]
     fleet = Fleet(
         placement=kept.get("placement"),
@@ -209,5 +226,10 @@ def load_fleet(run_dir: Path) -> tuple[Fleet | None, list[str]]:
         isolated=machines.get("isolated", False),
         jobs=tuple(job for job in jobs if job is not None),
         judged=_judged(kept.get("judged", {}), problems),
+        rounds=(
+            None
+            if rounds is None
+            else RoundOrders(rounds.get("seed"), tuple(map(tuple, rounds.get("orders", []))))
+        ),
     )
     return fleet, [f"{run_dir / FLEET_FILE}: {problem}" for problem in problems]

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from fairbench.measure.json_rules import is_whole
 from fairbench.measure.results_format import is_open_loop, load_of
-from fairbench.measure.stats import Comparison, Estimate, compare, estimate
+from fairbench.measure.stats import Comparison, Estimate, Sample, compare, estimate, sample_values
 from fairbench.report.figures import ACHIEVED_RATE, OF_COMPLETED, PER_GPU, THROUGHPUT
 from fairbench.report.tree import ConfigResult, ConfigRun
 
@@ -29,11 +29,12 @@ def estimate_of(values: Sequence[float]) -> Estimate | None:
     return Estimate(sum(odd), None, len(values)) if odd else estimate(values)
 
 
-def compare_of(values_a: Sequence[float], values_b: Sequence[float]) -> Comparison | None:
+def compare_of(sample_a: Sample, sample_b: Sample) -> Comparison | None:
     """A against B (``stats.compare``); None when a side has no values or one that is not finite."""
-    if not values_a or not values_b or not all(map(math.isfinite, [*values_a, *values_b])):
+    values = [*sample_values(sample_a), *sample_values(sample_b)]
+    if not sample_a or not sample_b or not all(map(math.isfinite, values)):
         return None
-    return compare(values_a, values_b)
+    return compare(sample_a, sample_b)
 
 
 LEVEL_SOURCE = "level_source"
@@ -157,14 +158,21 @@ class Level:
             return 0
         return sum(achieved < BEHIND * self.load for achieved in self.values(ACHIEVED_RATE))
 
-    def values(self, key: str) -> list[float]:
-        """Each repeat's ``key``, where it has one: a statistic of the completed requests has none at a
+    def _measured(self, key: str) -> Iterator[tuple[dict[str, Any], float]]:
+        """Each point with a ``key``, and its value: a statistic of the completed requests has none at a
         point where nothing completed."""
-        return [
-            float(point[key])
-            for point in self.points
-            if point.get(key) is not None and not (key in OF_COMPLETED and point.get("completed") == 0)
-        ]
+        for point in self.points:
+            if point.get(key) is not None and not (key in OF_COMPLETED and point.get("completed") == 0):
+                yield point, float(point[key])
+
+    def values(self, key: str) -> list[float]:
+        """Each repeat's ``key``, where it has one (``_measured``)."""
+        return [value for _, value in self._measured(key)]
+
+    def by_repeat(self, key: str) -> dict[int, float]:
+        """Each repeat's ``key`` by its repeat number (under spread, its round), where it has one
+        (``_measured``)."""
+        return {int(point.get("repeat", 0)): value for point, value in self._measured(key)}
 
     def estimate(self, key: str) -> Estimate | None:
         return estimate_of(self.values(key))
@@ -198,10 +206,15 @@ def serving_gpus(server_info: dict[str, Any] | None) -> int | None:
 def per_gpu(level: Level, gpus: int | None) -> list[float]:
     """Output tok/s per GPU of each repeat: the point's own metric, else output_throughput / gpus; none
     without either."""
-    measured = level.values(PER_GPU)
+    return list(per_gpu_by_repeat(level, gpus).values())
+
+
+def per_gpu_by_repeat(level: Level, gpus: int | None) -> dict[int, float]:
+    """:func:`per_gpu` by repeat number (``Level.by_repeat``)."""
+    measured = level.by_repeat(PER_GPU)
     if measured or gpus is None:
         return measured
-    return [value / gpus for value in level.values(THROUGHPUT)]
+    return {repeat: value / gpus for repeat, value in level.by_repeat(THROUGHPUT).items()}
 
 
 @dataclass(frozen=True)
@@ -265,6 +278,10 @@ class Headline:
     def per_gpu(self, level: Level) -> list[float]:
         """Output tok/s per GPU of each repeat (:func:`per_gpu`)."""
         return per_gpu(level, self.gpus)
+
+    def per_gpu_by_repeat(self, level: Level) -> dict[int, float]:
+        """Output tok/s per GPU by repeat (:func:`per_gpu_by_repeat`)."""
+        return per_gpu_by_repeat(level, self.gpus)
 
     @property
     def slo(self) -> SloReach | None:

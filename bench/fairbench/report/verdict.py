@@ -40,12 +40,21 @@ from fairbench.measure.decision import (
     repeats_to_decide,
 )
 from fairbench.measure.slo import SloError, SloTarget, parse_slo
-from fairbench.measure.stats import ALPHA, Comparison, Estimate, difference_interval_pct, holm, holm_adjusted
+from fairbench.measure.stats import (
+    ALPHA,
+    Comparison,
+    Estimate,
+    Sample,
+    difference_interval_pct,
+    holm,
+    holm_adjusted,
+)
 from fairbench.report.blocks import Block, BulletList, Heading, Paragraph
 from fairbench.report.figures import PER_GPU, THROUGHPUT
 from fairbench.report.flags import FlagMarks, doubt_text, raised
 from fairbench.report.formatting import Label, decision, figure
 from fairbench.report.load import Run
+from fairbench.report.rounds import baseline_drift_pct_of
 from fairbench.report.summary import (
     CLOSED_LOOP,
     OPEN_LOOP,
@@ -80,6 +89,14 @@ class Standing:
     line: Headline
     level: Level
     values: tuple[float, ...]
+    rounds: tuple[int, ...] = ()
+    """Under spread, the round (repeat) of each of ``values``: two configs are then compared within the
+    rounds they share (``stats.Sample``); empty otherwise."""
+
+    @property
+    def sample(self) -> Sample:
+        """Its values as the comparisons take them: by round under spread, else as a list."""
+        return dict(zip(self.rounds, self.values, strict=True)) if self.rounds else self.values
 
     @property
     def estimate(self) -> Estimate:
@@ -156,6 +173,8 @@ class Verdict:
     """Whether the campaign's levels are concurrencies or an open loop's request rates."""
     margin_pct: float | None = None
     """The campaign's ``decide.margin_pct``: each pair then has its decision; None: significance only."""
+    rounds: bool = False
+    """Whether its repeats ran in rounds (spread): two configs sharing rounds are compared paired."""
 
     @property
     def hosts(self) -> list[str]:
@@ -201,29 +220,36 @@ class _Draft:
 
     def comparisons(self) -> list[tuple[Standing, Standing, Comparison | None]]:
         return [
-            (above, below, compare_of(above.values, below.values))
+            (above, below, compare_of(above.sample, below.sample))
             for above, below in itertools.combinations(self.ranked, 2)
         ]
 
 
 def _ranked(
-    name: str, host: str | None, chosen: Sequence[tuple[Headline, Level | None, str]], gpus: tuple[int, ...]
+    name: str,
+    host: str | None,
+    chosen: Sequence[tuple[Headline, Level | None, str]],
+    gpus: tuple[int, ...],
+    *,
+    rounds: bool,
 ) -> _Draft:
     """``chosen``: each config's level (None: none qualifies, with why). A config is ranked by the mean of
-    its figure there; one without the figure, or with one that is not finite, is left outside, with why."""
+    its figure there; one without the figure, or with one that is not finite, is left outside, with why.
+    With ``rounds`` (spread), each standing keeps its values' rounds."""
     key = PER_GPU if gpus else THROUGHPUT
     standings, outside = [], []
     for line, level, why in chosen:
         if level is None:
             outside.append((line, why))
             continue
-        values = tuple(line.per_gpu(level) if gpus else level.values(THROUGHPUT))
+        by_round = line.per_gpu_by_repeat(level) if gpus else level.by_repeat(THROUGHPUT)
+        values = tuple(by_round.values())
         if not values:
             outside.append((line, f"no {'GPU count' if gpus else 'output throughput'} at {level.label}"))
         elif not all(map(math.isfinite, values)):
             outside.append((line, f"a value at {level.label} is NaN or infinite"))
         else:
-            standings.append(Standing(line, level, values))
+            standings.append(Standing(line, level, values, tuple(by_round) if rounds else ()))
     standings.sort(key=lambda standing: -standing.estimate.mean)
     return _Draft(name, key, host, standings, outside, gpus)
 
@@ -250,7 +276,7 @@ def _lowest_level(campaign: Mapping[str, object], lines: Sequence[Headline]) -> 
 
 
 def _drafts(
-    lines: Sequence[Headline], host: str | None, lowest: tuple[Loop, float | None], slo: bool
+    lines: Sequence[Headline], host: str | None, lowest: tuple[Loop, float | None], slo: bool, *, rounds: bool
 ) -> list[_Draft]:
     gpus = _gpu_counts(lines)
     loop, load = lowest
@@ -260,8 +286,8 @@ def _drafts(
         found = (level for level in line.levels if level.listed and level.key == (loop.open, load))
         at_lowest.append((line, next(found, None), missing))
     drafts = [
-        _ranked(LOWEST, host, at_lowest, ()),
-        _ranked(PEAK, host, [(line, line.peak, "no listed level") for line in lines], gpus),
+        _ranked(LOWEST, host, at_lowest, (), rounds=rounds),
+        _ranked(PEAK, host, [(line, line.peak, "no listed level") for line in lines], gpus, rounds=rounds),
     ]
     if slo:
         under: list[tuple[Headline, Level | None, str]] = []
@@ -271,7 +297,7 @@ def _drafts(
                 under.append((line, None, "its points were not judged against the SLO"))
             else:
                 under.append((line, reach.level, "meets it at no level"))
-        drafts.append(_ranked(UNDER_SLO, host, under, gpus))
+        drafts.append(_ranked(UNDER_SLO, host, under, gpus, rounds=rounds))
     return drafts
 
 
@@ -279,15 +305,19 @@ def _decisions(
     tests: Sequence[Sequence[tuple[Standing, Standing, Comparison | None]]],
     margin_pct: float | None,
     alpha: float,
+    drift_pct: float | None = None,
 ) -> Iterator[tuple[Decision | None, int | None]]:
     """Each pair's decision against the margin, in the order of ``tests``, with an undecided pair's
     repeats to decide it (at Holm's strictest level, alpha over the pairs tested); (None, None) for every
-    pair without a margin."""
+    pair without a margin. No difference smaller than the baseline's ``drift_pct`` is called ahead."""
     pairs = [(above, below, comparison) for found in tests for above, below, comparison in found]
     if margin_pct is None:
         return iter([(None, None)] * len(pairs))
+    floor = abs(drift_pct) if drift_pct is not None else 0.0
     found = [
-        None if _p_value(comparison) is None else margin_tests(above.values, below.values, margin_pct)
+        None
+        if _p_value(comparison) is None
+        else margin_tests(above.sample, below.sample, margin_pct, ahead_floor_pct=floor)
         for above, below, comparison in pairs
     ]
     decided = decide(found, alpha)
@@ -296,7 +326,7 @@ def _decisions(
         [
             (
                 decision,
-                repeats_to_decide(above.values, below.values, margin.margin, strictest)
+                repeats_to_decide(above.sample, below.sample, margin.margin, strictest)
                 if decision is not None and margin is not None and decision.word == UNDECIDED
                 else None,
             )
@@ -306,19 +336,19 @@ def _decisions(
 
 
 def _regimes(
-    drafts: Sequence[_Draft], alpha: float, margin_pct: float | None = None
+    drafts: Sequence[_Draft], alpha: float, margin_pct: float | None = None, drift_pct: float | None = None
 ) -> tuple[list[Regime], int, int]:
     """Each draft with Holm's correction over every tested comparison of them all (and, with a margin,
-    each pair's decision); and how many were tested and made."""
+    each pair's decision, none ahead by less than ``drift_pct``); and how many were tested and made."""
     tests = [draft.comparisons() for draft in drafts]
     tested = [p for found in tests for _, _, comparison in found if (p := _p_value(comparison)) is not None]
     rejected, adjusted = iter(holm(tested, alpha)), iter(holm_adjusted(tested))
-    decisions = _decisions(tests, margin_pct, alpha)
+    decisions = _decisions(tests, margin_pct, alpha, drift_pct)
     regimes = []
     for draft, found in zip(drafts, tests, strict=True):
         pairs = []
         for above, below, comparison in found:
-            interval = difference_interval_pct(above.values, below.values)
+            interval = difference_interval_pct(above.sample, below.sample)
             decision, more = next(decisions)
             if _p_value(comparison) is None:
                 pairs.append(Pair(above, below, comparison, interval, None))
@@ -356,13 +386,21 @@ def verdict(run: Run, headlines: Sequence[Headline], alpha: float = ALPHA) -> Ve
     for line in finished:
         by_host.setdefault(line.result.host if per_host else None, []).append(line)
     lowest = _lowest_level(run.campaign, finished)
-    drafts = [draft for host, lines in by_host.items() for draft in _drafts(lines, host, lowest, bool(slo))]
+    rounds = run.placement == SPREAD
+    drafts = [
+        draft
+        for host, lines in by_host.items()
+        for draft in _drafts(lines, host, lowest, bool(slo), rounds=rounds)
+    ]
     rule = decide_rule_from_json(run.campaign.get("decide"))
     margin_pct = rule.margin_pct if rule else None
-    regimes, tested, compared = _regimes(drafts, alpha, margin_pct)
+    drift_pct = baseline_drift_pct_of(run, headlines)
+    regimes, tested, compared = _regimes(drafts, alpha, margin_pct, drift_pct)
     left_out = tuple(line for line in headlines if all(line is not other for other in finished))
     loop, load = lowest
-    return Verdict(tuple(regimes), tested, compared, left_out, slo, load, slo_problem, loop, margin_pct)
+    return Verdict(
+        tuple(regimes), tested, compared, left_out, slo, load, slo_problem, loop, margin_pct, rounds
+    )
 
 
 # --- two runs ---------------------------------------------------------------------------------------------
@@ -600,12 +638,19 @@ def _family(found: Verdict) -> str:
         scope += f", on each of {len(found.hosts)} hosts (configs are compared within a host only)"
     untested = found.compared - found.tested
     more = f"; {untested} more cannot be told from noise (a side has one repeat)" if untested else ""
+    # Spread repeats run in rounds, each measuring every config once: pairs sharing rounds are paired.
+    welch = (
+        "the paired t-test of the within-round differences (else Welch's)"
+        if found.rounds
+        else "Welch's t-test"
+    )
     if found.margin_pct is not None:
         margin = f"±{found.margin_pct:g} %"
         return (
-            f"The words, against the campaign's margin of {margin} of the lower mean (`decide`): **ahead**: "
-            "Welch's one-sided test that the difference exceeds the margin; **equivalent**: two one-sided "
-            "tests (TOST) that it lies within the margin, and Welch's two-sided test finds no difference; "
+            f"The words, against the campaign's margin of {margin} of the lower mean (`decide`), each by "
+            f"{welch}: **ahead**: the one-sided test that the difference exceeds the margin; **equivalent**: "
+            "two one-sided tests (TOST) that it lies within the margin, and the two-sided test finds no "
+            "difference; "
             "**different, but by less than the margin**: both TOST and the two-sided test; **undecided**: "
             f"none of them. Each test is Holm-corrected over the {found.tested} comparison(s) the verdict "
             f"tests ({scope}{more}), so the chance of any false word of a kind is at most {ALPHA * 100:g} %; "
@@ -613,7 +658,7 @@ def _family(found: Verdict) -> str:
             "are. Each interval is that pair's own 95 % interval, uncorrected."
         )
     return (
-        f"Significance: Welch's two-sided t-test, Holm-corrected over the {found.tested} comparison(s) the "
+        f"Significance: {welch}, two-sided, Holm-corrected over the {found.tested} comparison(s) the "
         f"verdict tests ({scope}{more}), so the chance that any `significant` here is a false alarm is at "
         f"most {ALPHA * 100:g} %. Each interval is that pair's own 95 % interval, uncorrected."
     )
