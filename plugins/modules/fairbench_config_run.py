@@ -44,6 +44,18 @@ options:
     description: Lines of the unit's journal kept in journal.log.
     type: int
     default: 2000
+  gpu_clock_lock:
+    description:
+      - The GPU clocks the bench role locked for the job (C(bench_gpu_clock_lock)), which host.json records
+        as C(gpu_clock_lock); it locks nothing itself. Omitted, or both null, host.json records none.
+    type: dict
+    suboptions:
+      sm_mhz:
+        description: The SM clock the GPUs were locked at (C(nvidia-smi -lgc)), MHz; null for none.
+        type: int
+      mem_mhz:
+        description: The memory clock the GPUs were locked at (C(nvidia-smi -lmc)), MHz; null for none.
+        type: int
   clean:
     description: What a clean host is; fairbench.hosts.clean_state.check's settings.
     type: dict
@@ -134,6 +146,7 @@ CLEAN_OPTIONS = {
     "tolerance_mib": {"type": "int"},
     "timeout_s": {"type": "float", "default": 60},
 }
+CLOCK_LOCK_OPTIONS = {"sm_mhz": {"type": "int"}, "mem_mhz": {"type": "int"}}
 
 
 def main() -> None:
@@ -146,6 +159,7 @@ def main() -> None:
             "start_timeout_s": {"type": "int", "default": 3600},
             "journal_lines": {"type": "int", "default": 2000},
             "clean": {"type": "dict", "required": True, "options": CLEAN_OPTIONS},
+            "gpu_clock_lock": {"type": "dict", "options": CLOCK_LOCK_OPTIONS},
         },
         mutually_exclusive=[("workload", "workloads")],
         required_one_of=[("workload", "workloads")],
@@ -159,6 +173,7 @@ def main() -> None:
     except CampaignError as exc:
         module.fail_json(msg="\n".join(exc.messages), errors=exc.messages)
     clean = params["clean"]
+    lock = params["gpu_clock_lock"] or {}
     job = JobRun(
         unit=params["unit"],
         url=params["url"].rstrip("/"),
@@ -175,6 +190,7 @@ def main() -> None:
         start_timeout_s=params["start_timeout_s"],
         journal_lines=params["journal_lines"],
         remeasure_failed=params["remeasure_failed"],
+        clock_lock=lock if any(mhz is not None for mhz in lock.values()) else None,
     )
     try:
         if module.check_mode:

@@ -2,15 +2,17 @@
 full load of bf16 matmuls, half duty, idle) on every GPU, with an EnergySampler (as a sweep uses it) opening
 one window per phase; per GPU and phase it prints the state a point would record: samples, SM and memory
 clocks (lowest, mean), the hottest temperature, the clock-event reasons with the share of samples each was
-given in, the throttled share and whether ``gpu_throttled`` would be raised.
+given in, the shares at the power limit and throttled, and whether ``gpu_at_power_limit`` would be observed
+and ``gpu_throttled`` raised.
 
 Besides, a thread reads every GPU through ``gpu_state.read_state`` at 10 Hz over the whole schedule; with
 ``--record FILE`` those readings, each phase's states and nvidia-smi's own view during the full load
 (``-q -d PERFORMANCE,CLOCK,TEMPERATURE``) are written as JSON: the fixture tests/unit/test_gpu_state.py
-reads. It exits 1 when a phase got no sample or no SM clock under load, 2 when it cannot run (no PyTorch,
-no CUDA device). It changes no setting of the GPUs. Takes ~25 s.
+reads (tests/fixtures/gpu/gpu-state-h100.json). It exits 1 when a phase got no sample or no SM clock under
+load, 2 when it cannot run (no PyTorch, no CUDA device). It changes no setting of the GPUs. Takes ~25 s.
 
-    PYTHONPATH=$PWD/bench:$PWD python3 tests/gpu/gpu_state_check.py [--record FILE]
+    pip install -e '.[gpu]'    # once, in a Python with PyTorch: fairbench reads its version from its install
+    PYTHONPATH=$PWD python3 tests/gpu/gpu_state_check.py [--record FILE]
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA device i is NVML's GPU i
 from tests.perf.energy_check import SCHEDULE, Start, load_gpu
 
 from fairbench.measure.energy import EnergySampler, load_nvml
-from fairbench.measure.gpu_state import GpuState, read_state
-from fairbench.measure.point_flags import gpu_flags
+from fairbench.measure.gpu_state import GpuState, point_fields, read_state
+from fairbench.measure.point_flags import gpu_flags, gpu_observations
 
 READ_HZ = 10
 
@@ -50,13 +52,16 @@ def reader(sampler: EnergySampler, t0: float, stop: threading.Event, found: list
 
 def row(phase: str, state: GpuState) -> str:
     events = ", ".join(f"{name} {share:.0%}" for name, share in state.clock_events.items()) or "none"
-    flagged = gpu_flags({"gpu_throttled_share": state.throttled_share, "gpu_state": [state.to_json()]})
+    fields = point_fields([state])
+    said = [found["flag"] for found in gpu_flags(fields)] + [
+        found["observation"] for found in gpu_observations(fields)
+    ]
     sm = f"SM {state.sm_clock_mhz_min} / {state.sm_clock_mhz_mean or 0:,.0f} MHz"
     mem = f"mem {state.mem_clock_mhz_min} / {state.mem_clock_mhz_mean or 0:,.0f} MHz"
     return (
         f"{phase:>9}  GPU {state.index}  {state.samples:>4} samples  {sm}  {mem}  "
-        f"{state.temperature_c_max} °C  throttled {state.throttled_share:.0%}"
-        f"{'  (gpu_throttled)' if flagged else ''}  events: {events}"
+        f"{state.temperature_c_max} °C  power limit {state.power_capped_share:.0%}  "
+        f"throttled {state.throttled_share:.0%}{''.join(f'  ({name})' for name in said)}  events: {events}"
     )
 
 

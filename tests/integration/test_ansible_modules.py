@@ -743,6 +743,115 @@ def test_a_job_of_several_workloads_sweeps_each_into_its_directory_on_one_server
     assert (again["planned"], again["server_started"]) == ([], False), again
 
 
+# --- the bench role's GPU clock lock ----------------------------------------------------------------
+
+CLOCK_NVIDIA_SMI = """#!/usr/bin/env bash
+# nvidia-smi that locks and resets GPU clocks, each such call's arguments a line of $NVIDIA_SMI_CALLS; it
+# refuses to lock a memory clock of 1 MHz as a GPU refuses one it does not support, and answers nothing else
+# (the host facts find no GPU).
+case "$*" in
+    *-lgc*|*-lmc*|*-rgc|*-rmc) echo "$*" >>"$NVIDIA_SMI_CALLS" ;;&
+    *"-lmc 1,1") echo "Setting locked memory clocks is not supported for GPU 00000000:00:06.0."; exit 3 ;;
+    *-lgc*|*-lmc*|*-rgc|*-rmc) echo "All done." ;;
+    *) exit 2 ;;
+esac
+"""
+
+
+def _clock_job(
+    tmp_path: Path, lock: dict[str, int | None], *mode: str, server_starts: bool = True
+) -> tuple[dict[str, Any], list[str]]:
+    """One job of a sim config whose server uses GPUs 0 and 1, run by the bench role's config.yml on this
+    machine (systemd and nvidia-smi faked) under ``lock``, ``mode`` ansible-playbook's options: the job's
+    failure (``bench_failure``) and host.json, and nvidia-smi's calls."""
+    tmp_path.mkdir()
+    env, unit = _fake_systemd(tmp_path)
+    calls = tmp_path / "nvidia-smi-calls"
+    nvidia_smi = Path(env["PATH"].split(os.pathsep)[0]) / "nvidia-smi"
+    nvidia_smi.write_text(CLOCK_NVIDIA_SMI)
+    nvidia_smi.chmod(0o755)
+    port = _free_port()
+    (unit / "command").write_text(_sim_command(port) if server_starts else "false")
+    campaign = tmp_path / "clocks.yml"
+    campaign.write_text(
+        "name: clocks\nengine: sim\nmodel: test/model\n"
+        "configs:\n  tp2: {args: {tp-size: 2}, env: {CUDA_VISIBLE_DEVICES: '0,1'}}\n"
+        f"workload: {json.dumps({**WORKLOAD, 'concurrency': [1]})}\n"
+    )
+    no_environment = {"fairbench_environment_dir": str(tmp_path / "no-environment")}
+    job = {
+        "bench_campaign": "{{ fairbench_campaign }}",
+        "bench_config": "{{ fairbench_campaign.configs.tp2 }}",
+        "bench_run_id": "r1",
+        "bench_job": {"id": "tp2#1", "repeats": [0], "extends_repeats": False, "hosts": ["localhost"]},
+        "bench_unfetched": {},
+        "bench_gpu_clock_lock": lock,
+        "bench_venv_dir": str(Path(sys.executable).parent.parent),
+        "bench_results_root": str(tmp_path / "results"),
+        "bench_host_results_root": str(tmp_path / "host-results"),
+        "bench_sweep_poll_s": 1,
+        "bench_clean_timeout_s": 10,
+        "serving_port": port,
+        "serving_user": _idle_user(),
+        "ansible_async_dir": str(tmp_path / "async"),
+        **no_environment,
+    }
+    tasks = [
+        _load_task(str(campaign)),
+        {
+            "name": "Environment",
+            "ansible.builtin.include_role": {
+                "name": fqcn("serving"),
+                "tasks_from": "environment",
+                "public": True,
+            },
+            "vars": no_environment,
+        },
+        {
+            "name": "Job",
+            "ansible.builtin.include_role": {"name": fqcn("bench"), "tasks_from": "config"},
+            "vars": job,
+        },
+        {"name": "Outcome", "ansible.builtin.debug": {"var": "bench_failure"}},
+    ]
+    results = run_play(tmp_path, tasks, *mode, env={**env, "NVIDIA_SMI_CALLS": str(calls)})
+    assert not results["Job"].get("failed"), results["Job"]
+    host_json = tmp_path / "host-results/clocks/r1/tp2/host.json"
+    outcome = {
+        "failure": results["Outcome"]["bench_failure"],
+        "host": json.loads(host_json.read_text()) if host_json.exists() else None,
+    }
+    return outcome, calls.read_text().splitlines() if calls.exists() else []
+
+
+def test_the_gpu_clocks_are_locked_for_a_job_and_reset_after_it_however_it_ended(tmp_path: Path) -> None:
+    done, calls = _clock_job(tmp_path / "ok", {"sm_mhz": 1500, "mem_mhz": 2619})
+    assert done["failure"] == {}, done
+    # The server's GPUs (its CUDA_VISIBLE_DEVICES), each clock at min = max; reset once the job ended.
+    assert calls == ["-i 0,1 -lgc 1500,1500", "-i 0,1 -lmc 2619,2619", "-i 0,1 -rgc", "-i 0,1 -rmc"]
+    assert done["host"]["gpu_clock_lock"] == {"sm_mhz": 1500, "mem_mhz": 2619}
+    # A server that fails its start: the clocks are reset all the same.
+    failed, calls = _clock_job(tmp_path / "failed", {"sm_mhz": 1500, "mem_mhz": None}, server_starts=False)
+    assert failed["failure"]["stage"] == "health", failed
+    assert calls == ["-i 0,1 -lgc 1500,1500", "-i 0,1 -rgc"]
+    # A clock the GPU cannot lock fails the job at its start, naming the host and nvidia-smi's words, and
+    # what was locked is reset; the server never started.
+    refused, calls = _clock_job(tmp_path / "refused", {"sm_mhz": 1500, "mem_mhz": 1})
+    assert refused["failure"]["stage"] == "start", refused
+    assert refused["failure"]["reason"] == (
+        "nvidia-smi could not lock the GPU clocks: localhost, memory clock: Setting locked memory clocks is "
+        "not supported for GPU 00000000:00:06.0."
+    )
+    assert calls == ["-i 0,1 -lgc 1500,1500", "-i 0,1 -lmc 1,1", "-i 0,1 -rgc", "-i 0,1 -rmc"]
+    assert refused["host"] is None
+    # No lock: nvidia-smi is not asked, and host.json records none.
+    unlocked, calls = _clock_job(tmp_path / "unlocked", {"sm_mhz": None, "mem_mhz": None})
+    assert unlocked["failure"] == {} and calls == [] and unlocked["host"]["gpu_clock_lock"] is None
+    # Check mode plans the job and touches no clock.
+    checked, calls = _clock_job(tmp_path / "checked", {"sm_mhz": 1500, "mem_mhz": 2619}, "--check")
+    assert checked["failure"] == {} and calls == [] and checked["host"] is None
+
+
 # --- fairbench_fleet, fairbench_fleet_job ------------------------------------------------------------
 
 

@@ -16,7 +16,8 @@ ratio is off by more than 5 %, the rate is below 10 Hz, or a GPU's full load dra
 its idle; 0 when every GPU agrees; 2 when it cannot check (no PyTorch, no CUDA device, the load did not
 start). It also prints the sampler's own CPU use. Takes ~30-40 s.
 
-    PYTHONPATH=$PWD/bench python3 tests/perf/energy_check.py [--hz 20] [--tolerance 0.05]
+    pip install -e '.[gpu]'    # once, in a Python with PyTorch: fairbench reads its version from its install
+    python3 tests/perf/energy_check.py [--hz 20] [--tolerance 0.05]
 """
 
 from __future__ import annotations

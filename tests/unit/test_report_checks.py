@@ -6,6 +6,7 @@ Trees are written here from point lines (tests/support/report_files.py)."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -294,26 +295,43 @@ def test_an_observation_of_the_servers_behaviour_is_listed_and_marks_no_figure(t
 
 def test_the_machines_state_shows_where_the_points_have_it(tmp_path: Path) -> None:
     gpus = [
-        {"index": 0, "sm_clock_mhz_min": 1980, "throttled_share": 0.0},
-        {"index": 1, "sm_clock_mhz_min": 1410, "throttled_share": 0.4},
+        {"index": 0, "sm_clock_mhz_min": 1980, "throttled_share": 0.0, "power_capped_share": 0.0},
+        {"index": 1, "sm_clock_mhz_min": 1140, "throttled_share": 0.4, "power_capped_share": 0.99},
     ]
     machine = {"client_cpu_busy_share": 0.62, "client_cpu_steal_share": 0.01}
+    shares = {"gpu_throttled_share": 0.4, "gpu_power_capped_share": 0.99}
     run = write_run(
         tmp_path,
         {
             "tp8": [
-                checked_point(1, gpu_state=gpus[:1], gpu_throttled_share=0.0, **machine),
-                checked_point(4, gpu_state=gpus, gpu_throttled_share=0.4, **machine),
+                checked_point(
+                    1, gpu_state=gpus[:1], gpu_throttled_share=0.0, gpu_power_capped_share=0.0, **machine
+                ),
+                checked_point(4, gpu_state=gpus, **shares, **machine),
             ],
             "ep4": [checked_point(1), checked_point(4)],
         },
         workload={"concurrency": [1, 4]},
     )
-    checks = section(markdown(load_run(run)), "## Measurement checks")
+    (run / "lab1" / "tp8" / "host.json").write_text(
+        json.dumps({"gpu_clock_lock": {"sm_mhz": 1500, "mem_mhz": None}})
+    )
+    report = markdown(load_run(run))
+    checks = section(report, "## Measurement checks")
+    column = "GPU SM clock lowest, power-capped / throttled %"
     rows = table(section(checks, "### tp8"))
-    assert rows["1"]["GPU SM clock lowest, throttled %"] == "1,980 MHz, 0 %"
-    assert rows["4"]["GPU SM clock lowest, throttled %"] == "1,410 MHz, 40 %"
+    assert rows["1"][column] == "1,980 MHz, 0 / 0 %"
+    assert rows["4"][column] == "1,140 MHz, 99 / 40 %"
     assert rows["4"]["client machine CPU busy / steal %"] == "62 / 1"
     assert list(rows["4"])[-1] == "flags"
     # A config whose points have no such state has no such columns.
-    assert "GPU SM clock lowest, throttled %" not in table(section(checks, "### ep4"))["1"]
+    assert column not in table(section(checks, "### ep4"))["1"]
+    # The clock lock its jobs ran under (host.json), said where its table is; a config without one says none,
+    # and the pair's What differed has it as a threat.
+    assert "GPU clocks locked for its jobs (host.json `gpu_clock_lock`): SM 1,500 MHz." in section(
+        checks, "### tp8"
+    )
+    assert "locked" not in section(checks, "### ep4")
+    assert "| THREAT | host | `gpu_clock_lock.sm_mhz` | 1500 | (absent) |" in section(
+        report, "## What differed"
+    )

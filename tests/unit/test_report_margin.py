@@ -121,3 +121,18 @@ def test_a_baseline_that_drifted_more_than_a_difference_keeps_it_from_being_ahea
     assert step.decision is not None and step.decision.word != AHEAD
     report = markdown(run)
     assert "drift" in report.split("## ")[0] + section(report, "## Verdict")
+
+
+def test_automatic_repeats_under_a_margin_say_they_ran_in_rounds_until_the_verdict_was_decided(
+    tmp_path: Path,
+) -> None:
+    points = {
+        name: level_points({1: spread(center, 0.01, 3)}) for name, center in (("tp8", 100.0), ("ep4", 90.0))
+    }
+    automatic = {"min": 3, "max": 6, "half_width_pct": 2.0}
+    workload = {"concurrency": [1], "repeats": automatic}
+    report = markdown(load_run(write_run(tmp_path, points, workload=workload, margin_pct=1.0)))
+    assert (
+        "Automatic repeats: each level measured 3 to 6 times, in rounds, until the verdict's comparisons "
+        "were decided against the ±1 % margin; the 2 level(s) measured got 3 repeats each"
+    ) in report

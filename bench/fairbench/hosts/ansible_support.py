@@ -17,6 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from fairbench.hosts.gpu import GpuFacts, GpuFactsError, collect
 from fairbench.hosts.unit_security import unit_security
 from fairbench.measure.progress import Progress
 from fairbench.measure.results import ResultsDir, RunIdentity
-from fairbench.measure.results_format import has_failed_requests, point_id
+from fairbench.measure.results_format import CLOCK_LOCK, has_failed_requests, point_id
 from fairbench.measure.slo import SloError, parse_slo
 from fairbench.measure.sweep import Sweep, SweepSpec
 
@@ -287,9 +288,10 @@ def wait_until_healthy(base_url: str, unit: str, timeout_s: float) -> dict[str, 
     return info
 
 
-def host_facts(unit: str | None = None) -> dict[str, Any]:
+def host_facts(unit: str | None = None, clock_lock: Mapping[str, int | None] | None = None) -> dict[str, Any]:
     """What host.json records about the machine a config ran on; ``gpu``: its GPUs (fairbench.hosts.gpu);
-    ``unit_security``: how exposed the config's ``unit`` is (fairbench.hosts.unit_security), null without one.
+    ``unit_security``: how exposed the config's ``unit`` is (fairbench.hosts.unit_security), null without one;
+    ``gpu_clock_lock`` (``CLOCK_LOCK``): the clocks the bench role locked for the job, ``clock_lock``.
 
     When nvidia-smi fails, ``gpu`` holds no GPUs and the reason: a config's results are not lost over a fact.
     """
@@ -311,4 +313,5 @@ def host_facts(unit: str | None = None) -> dict[str, Any]:
         "fairbench": __version__,
         "gpu": gpu,
         "unit_security": unit_security(unit) if unit else None,
+        CLOCK_LOCK: dict(clock_lock) if clock_lock else None,
     }

@@ -8,11 +8,11 @@ dozens of tasks each stage would cost. Each stage is one of ``measure.status.STA
 
 A job sweeps each of the campaign's workloads in turn on its one server start, each into its own directory
 (``campaign.model.workload_dir``: a campaign of one workload, the results directory itself). Files written
-beside the sweeps': ``unit.service`` (the unit as started), ``server_info.json`` (its
-/server_info), ``host.json`` (``ansible_support.host_facts``), ``journal.log`` (the unit's journal since it
-was started). ``timeline`` (epoch seconds on this host) says when the unit was started, answered healthy,
-got its first request, and wrote its last point: the campaign's overhead is measured from it
-(``fleet.timeline``).
+beside the sweeps': ``unit.service`` (the unit as started), ``server_info.json`` (its /server_info),
+``host.json`` (``ansible_support.host_facts``, with the GPU clock lock the job ran under), ``journal.log``
+(the unit's journal since it was started). ``timeline`` (epoch seconds on this host) says when the unit
+was started, answered healthy, got its first request, and wrote its last point: the campaign's overhead is
+measured from it (``fleet.timeline``).
 """
 
 from __future__ import annotations
@@ -78,6 +78,9 @@ class JobRun:
     start_timeout_s: float
     journal_lines: int
     remeasure_failed: bool = False
+    clock_lock: dict[str, int | None] | None = None
+    """The GPU clocks the bench role locked for the job (``sm_mhz``, ``mem_mhz``), which host.json records;
+    None where it locked none."""
     stage: str = "clean"
     started: bool = False
     timeline: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(TIMELINE_KEYS))
@@ -128,7 +131,7 @@ def run_job(job: JobRun) -> JobRun:
             raise StageError("health", str(exc)) from None
         job.timeline["healthy_at"] = time.time()
         _write_json(job.out / SERVER_INFO_FILE, server_info)
-        _write_json(job.out / HOST_FILE, host_facts(job.unit))
+        _write_json(job.out / HOST_FILE, host_facts(job.unit, job.clock_lock))
         job.stage = "sweep"
         outcomes: dict[str, SweepOutcome] = {}
         try:

@@ -1,18 +1,22 @@
 """The GPUs' state during a point, read through NVML beside its energy (``energy.EnergySampler``'s thread,
 at each power sample): each GPU's SM and memory clocks, its clock-event reasons (why its clocks are below
-their most: idle, an application clock setting, a power cap, a thermal slowdown...) and its temperature.
+their most: idle, an application clock setting, its power limit, a thermal slowdown...) and its temperature.
 
-Per GPU over a point (``GpuState``, from its samples s_1 ... s_n, each field over the samples that read it):
+Per GPU over a point (``GpuState``, from its samples s_1 ... s_n, each field over the samples that read it;
+n_e of them read the reasons):
 
 - sm_clock_mhz_min, sm_clock_mhz_mean; mem_clock_mhz_min, mem_clock_mhz_mean;
 - temperature_c_max;
-- clock_events: for each reason NVML gave in any sample, the share of samples it was given in;
-- throttled_share: the share of samples with any of THROTTLE_REASONS (a power or a thermal limit held the
-  clocks down: the point measured a slower GPU than the config's).
+- clock_events: for each reason NVML gave in any sample, (samples it was given in) / n_e;
+- throttled_share = (samples with any of THROTTLE_REASONS) / n_e: the machine slowed the GPU below what the
+  config should get (a thermal limit, the hardware's slowdown or power brake);
+- power_capped_share = (samples with POWER_CAP) / n_e: the GPU ran at its board power limit, where a
+  saturated GPU normally runs (clock_events' ``sw_power_cap``, 0 without it).
 
-Point fields (``point_fields``): ``gpu_state``, a list of each GPU's ``GpuState.to_json``, and
-``gpu_throttled_share``, the largest throttled_share over the GPUs; none where no GPU was sampled (no
-NVML, no GPU: the point has no such keys, and nothing is said of it).
+Point fields (``point_fields``): ``gpu_state``, a list of each GPU's ``GpuState.to_json``;
+``gpu_throttled_share`` and ``gpu_power_capped_share``, the largest throttled_share and power_capped_share
+over the GPUs; none where no GPU was sampled (no NVML, no GPU: the point has no such keys, and nothing is
+said of it).
 """
 
 from __future__ import annotations
@@ -34,15 +38,14 @@ CLOCK_EVENT_REASONS: Mapping[int, str] = {
     0x100: "display_clocks",
 }
 """NVML's clock-event reason bits (``nvmlClocksEventReason*``) by the name a point records."""
-THROTTLE_REASONS = (
-    "sw_power_cap",
-    "hw_slowdown",
-    "sw_thermal_slowdown",
-    "hw_thermal_slowdown",
-    "hw_power_brake",
-)
-"""The reasons that mean a power or thermal limit slowed the GPU; the others are its own choice (idle) or a
-setting (application clocks, sync boost)."""
+THROTTLE_REASONS = ("hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake")
+"""The reasons that mean the machine slowed the GPU below what the config should get: a thermal limit (the
+driver's or the hardware's), the hardware's slowdown (a signal from the board or the power supply) or its
+power brake. The others are the GPU's own choice (idle), a setting (application clocks, sync boost) or
+POWER_CAP."""
+POWER_CAP = "sw_power_cap"
+"""The driver holding the clocks down to keep the GPU at its board power limit: where a saturated GPU runs
+(an H100 80GB HBM3 under bf16 matmuls, in 99 % of its samples: tests/fixtures/gpu/gpu-state-h100.json)."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,7 @@ class GpuState:
     temperature_c_max: int | None
     clock_events: dict[str, float]
     throttled_share: float
+    power_capped_share: float
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -112,6 +116,7 @@ class GpuState:
             "temperature_c_max": self.temperature_c_max,
             "clock_events": self.clock_events,
             "throttled_share": self.throttled_share,
+            "power_capped_share": self.power_capped_share,
         }
 
 
@@ -145,14 +150,17 @@ def gpu_state(index: int, samples: Sequence[StateSample]) -> GpuState | None:
         temperature_c_max=max(temperature) if temperature else None,
         clock_events={name: count / len(events) for name, count in counts.items()},
         throttled_share=throttled / len(events) if events else 0.0,
+        power_capped_share=counts.get(POWER_CAP, 0) / len(events) if events else 0.0,
     )
 
 
 def point_fields(states: Sequence[GpuState]) -> dict[str, Any]:
-    """``gpu_state`` and ``gpu_throttled_share`` (module docstring); {} without a GPU state."""
+    """``gpu_state``, ``gpu_throttled_share`` and ``gpu_power_capped_share`` (module docstring); {} without
+    a GPU state."""
     if not states:
         return {}
     return {
         "gpu_state": [state.to_json() for state in states],
         "gpu_throttled_share": max(state.throttled_share for state in states),
+        "gpu_power_capped_share": max(state.power_capped_share for state in states),
     }

@@ -1,6 +1,6 @@
 """Cross-checks of a point against the server's own counters and the client's own use: each flag names
-the numbers it casts doubt on, and says why; what they see of the server's own behaviour, which casts no
-doubt on what the point measures, is an observation instead.
+the numbers it casts doubt on, and says why; what they see of the server's or its GPUs' own behaviour, which
+casts no doubt on what the point measures, is an observation instead.
 
 A flag is ``{"flag": NAME, "on": [point keys], "reason": words}``; a point's ``flags`` lists those raised
 (none: ``[]``). An observation is ``{"observation": NAME, "reason": words}``; a point's ``observations``
@@ -35,9 +35,11 @@ lists those made. The checks, each with its threshold:
 - ``server_metrics_failed``: a scrape of the server's ``/metrics`` during the point failed
   (``server_metric_failures``): the checks against its counters are missing or rest on fewer samples. It
   names no figure: what it doubts is the checks.
-- ``gpu_throttled``: a GPU's clocks were held down by a power or thermal limit
-  (``gpu_state.THROTTLE_REASONS``) in more than GPU_THROTTLED_SHARE_MAX of the point's samples: it
-  measured slower GPUs than the config's.
+- ``gpu_throttled``: the machine held a GPU's clocks down (``gpu_state.THROTTLE_REASONS``: a thermal limit,
+  the hardware's slowdown or power brake) in more than GPU_LIMIT_SHARE_MAX of the point's samples: it
+  measured slower GPUs than the config should get. A GPU at its board power limit (``gpu_state.POWER_CAP``)
+  in more than GPU_LIMIT_SHARE_MAX of them is where a saturated GPU runs, and what the point measures: the
+  observation ``gpu_at_power_limit``, no flag.
 - ``client_bound``: a client process was runnable (running, or waiting for a core) more than
   CLIENT_RUNNABLE_SHARE_MAX of the point, or its event loop woke more than CLIENT_LAG_MEAN_MAX_MS late on
   average: it read its streams late, from its own cost or starved of CPU by other processes.
@@ -48,7 +50,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fairbench.measure.gpu_state import THROTTLE_REASONS
+from fairbench.measure.gpu_state import POWER_CAP, THROTTLE_REASONS
 from fairbench.measure.workload import PRIMED
 
 RUNNING_SHARE_MIN = 0.9
@@ -67,9 +69,9 @@ CHAT_TEMPLATE_TOKENS = 64
 """The prompt tokens a chat template puts before every message (role markers, a default system prompt):
 the same for every request, so a chat workload's prompts share them in the cache."""
 
-GPU_THROTTLED_SHARE_MAX = 0.05
-"""A limit reached for a sample or two of a point is the GPU touching its cap; held for more than 5 % of the
-point's samples it slowed a measurable share of the point."""
+GPU_LIMIT_SHARE_MAX = 0.05
+"""A limit reached for a sample or two of a point is the GPU touching it; held for more than 5 % of the
+point's samples it set the speed of a measurable share of the point."""
 
 TOKENS_ON = ["output_throughput", "total_output_tokens"]
 RUNNING_ON = ["max_concurrency", "output_throughput", "median_tpot_ms"]
@@ -227,17 +229,16 @@ def _running_check(point: Mapping[str, Any]) -> tuple[bool, str] | None:
     )
 
 
-def gpu_flags(point: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The check of the GPUs' clock-event reasons (``gpu_state.point_fields``); none without them."""
-    share = point.get("gpu_throttled_share")
-    if share is None or share <= GPU_THROTTLED_SHARE_MAX:
-        return []
+def _held_gpus(point: Mapping[str, Any], share_key: str, reasons: Sequence[str]) -> list[str]:
+    """Each GPU of the point (``gpu_state.point_fields``) whose ``share_key`` is above GPU_LIMIT_SHARE_MAX:
+    its share of samples, those of ``reasons`` it was given, its lowest SM clock and hottest sample."""
     held = []
     for state in point.get("gpu_state", []):
-        if state["throttled_share"] <= GPU_THROTTLED_SHARE_MAX:
+        share = state.get(share_key) or 0.0
+        if share <= GPU_LIMIT_SHARE_MAX:
             continue
-        reasons = ", ".join(
-            f"{name} {shown:.0%}" for name, shown in state["clock_events"].items() if name in THROTTLE_REASONS
+        given = ", ".join(
+            f"{name} {shown:.0%}" for name, shown in state["clock_events"].items() if name in reasons
         )
         clocks = (
             f"; SM clock {state['sm_clock_mhz_min']:,} MHz at its lowest"
@@ -247,16 +248,39 @@ def gpu_flags(point: Mapping[str, Any]) -> list[dict[str, Any]]:
         heat = (
             f", {state['temperature_c_max']} °C at most" if state.get("temperature_c_max") is not None else ""
         )
-        held.append(
-            f"GPU {state['index']} in {state['throttled_share']:.0%} of its samples ({reasons}{clocks}{heat})"
-        )
+        held.append(f"GPU {state['index']} in {share:.0%} of its samples ({given}{clocks}{heat})")
+    return held
+
+
+def gpu_flags(point: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The check of the GPUs' clock-event reasons (``gpu_state.point_fields``); none without them."""
+    share = point.get("gpu_throttled_share")
+    if share is None or share <= GPU_LIMIT_SHARE_MAX:
+        return []
     return [
         _flag(
             "gpu_throttled",
             GPU_ON,
-            "a power or thermal limit held the GPU clocks down: "
-            + "; ".join(held)
-            + f" (above {GPU_THROTTLED_SHARE_MAX:.0%}): the point measured slower GPUs than the config's",
+            "the machine held the GPU clocks down (a thermal limit, the hardware's slowdown or power brake): "
+            + "; ".join(_held_gpus(point, "throttled_share", THROTTLE_REASONS))
+            + f" (above {GPU_LIMIT_SHARE_MAX:.0%}): the point measured slower GPUs than the config should "
+            "get",
+        )
+    ]
+
+
+def gpu_observations(point: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """What the GPUs' clock-event reasons say of a GPU at its power limit (module docstring)."""
+    share = point.get("gpu_power_capped_share")
+    if share is None or share <= GPU_LIMIT_SHARE_MAX:
+        return []
+    return [
+        _observation(
+            "gpu_at_power_limit",
+            "the GPUs ran at their board power limit: "
+            + "; ".join(_held_gpus(point, "power_capped_share", (POWER_CAP,)))
+            + f" (above {GPU_LIMIT_SHARE_MAX:.0%}): where a saturated GPU runs, its clocks set by the power "
+            "it may draw",
         )
     ]
 

@@ -60,7 +60,13 @@ from fairbench.measure.metrics import (
     steady_window,
     turn_metrics,
 )
-from fairbench.measure.point_flags import client_flags, gpu_flags, server_flags, server_observations
+from fairbench.measure.point_flags import (
+    client_flags,
+    gpu_flags,
+    gpu_observations,
+    server_flags,
+    server_observations,
+)
 from fairbench.measure.progress import Progress
 from fairbench.measure.records import RequestRecord
 from fairbench.measure.repeats import (
@@ -697,7 +703,10 @@ class Sweep:
             *client_flags(uses),
             *gpu_flags(point),
         ]
-        point["observations"] = server_observations(point, closed_loop=closed_loop)
+        point["observations"] = [
+            *server_observations(point, closed_loop=closed_loop),
+            *gpu_observations(point),
+        ]
         for flag in point["flags"]:
             self.progress.note(f"{pid}: {flag['flag']}: {flag['reason']}")
         return point, records

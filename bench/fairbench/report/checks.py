@@ -9,10 +9,11 @@ point's own are its worst client process's).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from statistics import mean
 from typing import Any
 
+from fairbench.measure.results_format import CLOCK_LOCK
 from fairbench.report.blocks import Block, BulletList, Heading, Paragraph, Table
 from fairbench.report.figures import (
     CLIENT_CPU_BUSY,
@@ -20,6 +21,7 @@ from fairbench.report.figures import (
     CLIENT_PROCESSES,
     CLIENT_USE,
     FLAGS,
+    GPU_POWER_CAPPED,
     GPU_STATE,
     GPU_THROTTLED,
     LOOP_LAGS,
@@ -36,6 +38,7 @@ from fairbench.report.figures import (
 from fairbench.report.flags import MARK, FlagMarks, checked
 from fairbench.report.formatting import Label
 from fairbench.report.summary import Headline, Level, loop_of
+from fairbench.report.tree import ConfigRun
 
 NOT_SCRAPED = "server metrics not scraped (start SGLang with --enable-metrics)"
 NOT_CHECKED = "no point records the checks (measured before fairbench made them)"
@@ -158,19 +161,47 @@ def _flags(line: Headline, level: Level, marks: FlagMarks) -> str:
 
 
 def _gpu(level: Level) -> str:
-    """``1,755 MHz, 12 %``: the lowest SM clock of any GPU in any repeat, and the largest share of a
-    repeat's samples a power or thermal limit held a GPU down (``gpu_throttled_share``)."""
+    """``1,140 MHz, 99 / 0 %``: the lowest SM clock of any GPU in any repeat, the largest share of a
+    repeat's samples a GPU ran at its power limit (``gpu_power_capped_share``) and the largest the machine
+    held one down (``gpu_throttled_share``); ``-`` for a share no repeat has."""
     lowest = [
         gpu["sm_clock_mhz_min"]
         for point in level.points
         for gpu in point.get(GPU_STATE, [])
         if gpu.get("sm_clock_mhz_min") is not None
     ]
-    throttled = _values(level, GPU_THROTTLED)
-    if not lowest and not throttled:
+    shares = [_values(level, key) for key in (GPU_POWER_CAPPED, GPU_THROTTLED)]
+    if not lowest and not any(shares):
         return "-"
     clock = f"{min(lowest):,} MHz" if lowest else "-"
-    return f"{clock}, {100 * max(throttled):.0f} %" if throttled else clock
+    if not any(shares):
+        return clock
+    return f"{clock}, " + " / ".join(f"{100 * max(share):.0f}" if share else "-" for share in shares) + " %"
+
+
+def _locked(host_info: Mapping[str, Any] | None) -> str:
+    """``SM 1,500 MHz, memory 2,619 MHz``: the clocks host.json's ``gpu_clock_lock`` says the bench role
+    locked; empty where it locked none."""
+    lock = (host_info or {}).get(CLOCK_LOCK)
+    if not isinstance(lock, Mapping):
+        return ""
+    return ", ".join(
+        f"{name} {mhz:,} MHz"
+        for name, mhz in (("SM", lock.get("sm_mhz")), ("memory", lock.get("mem_mhz")))
+        if isinstance(mhz, int) and not isinstance(mhz, bool)
+    )
+
+
+def _clock_lock(config: ConfigRun) -> list[str]:
+    """That the bench role locked the GPU clocks for the config's jobs, at which MHz (by host, where its
+    hosts differ); nothing where it locked none."""
+    locks = {part.host: _locked(part.host_info) for part in config.parts}
+    if not any(locks.values()):
+        return []
+    said = f"GPU clocks locked for its jobs (host.json `{CLOCK_LOCK}`)"
+    if len(set(locks.values())) == 1:
+        return [f"{said}: {next(iter(locks.values()))}"]
+    return [f"{said}, by host: " + "; ".join(f"{host}: {text or 'none'}" for host, text in locks.items())]
 
 
 def _client_cpu(level: Level) -> str:
@@ -182,7 +213,7 @@ def _client_cpu(level: Level) -> str:
 
 
 MACHINE_COLUMNS = (
-    ("GPU SM clock lowest, throttled %", (GPU_STATE, GPU_THROTTLED), _gpu),
+    ("GPU SM clock lowest, power-capped / throttled %", (GPU_STATE, GPU_POWER_CAPPED, GPU_THROTTLED), _gpu),
     ("client machine CPU busy / steal %", (CLIENT_CPU_BUSY,), _client_cpu),
 )
 """The machines' state, shown where a point of the config has it (a GPU host sampled through NVML; a
@@ -250,7 +281,7 @@ def checks_blocks(
             blocks.append(Paragraph("No points."))
             continue
         recorded = _recorded(points)
-        notes = _server_notes(points) + ([] if recorded else [NOT_CHECKED])
+        notes = _server_notes(points) + ([] if recorded else [NOT_CHECKED]) + _clock_lock(line.result)
         if notes:
             text = "; ".join(notes)
             blocks.append(Paragraph(f"{text[0].upper()}{text[1:]}."))
@@ -268,7 +299,8 @@ def checks_blocks(
 
 
 OBSERVATIONS_NOTE = (
-    "What the checks saw of the servers' own behaviour that casts no doubt on what the points measure "
+    "What the checks saw of the servers' and their GPUs' own behaviour that casts no doubt on what the "
+    "points measure "
     "(`bench/fairbench/measure/point_flags.py`): no figure is marked for it."
 )
 

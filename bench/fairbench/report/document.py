@@ -18,6 +18,7 @@ from typing import Any
 
 from fairbench.campaign.model import SPREAD
 from fairbench.fleet.campaign_record import differences, listed
+from fairbench.measure.decision import decide_rule_from_json
 from fairbench.measure.repeats import AutoRepeats
 from fairbench.measure.results import CAMPAIGN_FILE
 from fairbench.report.blocks import Alert, Block, BulletList, Figure, Heading, Paragraph, Preformatted, Table
@@ -226,8 +227,11 @@ INTERVALS = (
 )
 
 
-def _confidence_alert(setting: object, headlines: Sequence[Headline]) -> Alert:
-    """What the intervals and tests rest on: the repeats, fixed or automatic (then what each level got)."""
+def _confidence_alert(
+    setting: object, headlines: Sequence[Headline], decided_on: float | None = None
+) -> Alert:
+    """What the intervals and tests rest on: the repeats, fixed or automatic (then what each level got);
+    ``decided_on``: the margin a spread run's automatic repeats stopped by (``fleet.stopping``)."""
     repeats = repeats_setting(setting)
     if isinstance(repeats, AutoRepeats):
         counts = [len(level.points) for line in headlines for level in line.levels]
@@ -243,10 +247,15 @@ def _confidence_alert(setting: object, headlines: Sequence[Headline]) -> Alert:
             if counts
             else "no level was measured"
         )
+        until = (
+            f"in rounds, until the verdict's comparisons were decided against the ±{decided_on:g} % margin"
+            if decided_on is not None
+            else "until its output throughput's 95 % interval was within "
+            f"±{repeats.half_width_pct:g} % of its mean"
+        )
         return Alert(
             "note",
-            f"Automatic repeats: each level measured {repeats.minimum} to {repeats.maximum} times, until "
-            f"its output throughput's 95 % interval was within ±{repeats.half_width_pct:g} % of its mean; "
+            f"Automatic repeats: each level measured {repeats.minimum} to {repeats.maximum} times, {until}; "
             f"{got}. {INTERVALS[0].upper()}{INTERVALS[1:]}.",
         )
     if repeats is None:
@@ -298,7 +307,9 @@ def _first_screen(
     blocks += _file_alerts([run])
     if run.campaign.get("warnings"):
         blocks.append(Alert("warning", "The campaign's own warnings:", list(run.campaign["warnings"])))
-    blocks.append(_confidence_alert(run.campaign["workload"].get("repeats", 1), headlines))
+    rule = decide_rule_from_json(run.campaign.get("decide"))
+    decided_on = rule.margin_pct if rule is not None and run.placement == SPREAD else None
+    blocks.append(_confidence_alert(run.campaign["workload"].get("repeats", 1), headlines, decided_on))
     return blocks
 
 

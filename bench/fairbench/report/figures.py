@@ -79,12 +79,15 @@ FLAGS = "flags"
 GPU_STATE = "gpu_state"
 """Each GPU's clocks, clock-event reasons and temperature over the point (measure/gpu_state.py)."""
 GPU_THROTTLED = "gpu_throttled_share"
+GPU_POWER_CAPPED = "gpu_power_capped_share"
+"""The largest share of a point's samples the machine held a GPU down, and that a GPU ran at its power
+limit (measure/gpu_state.py)."""
 CLIENT_CPU_BUSY = "client_cpu_busy_share"
 CLIENT_CPU_STEAL = "client_cpu_steal_share"
 """The client machine's CPU over the point (measure/machine_load.py)."""
 OBSERVATIONS = "observations"
-"""What the checks saw of the server's behaviour without doubting the point: each ``{"observation",
-"reason"}`` (measure/point_flags.py)."""
+"""What the checks saw of the server's or its GPUs' behaviour without doubting the point: each
+``{"observation", "reason"}`` (measure/point_flags.py)."""
 OUTPUT_TOKENS = "total_output_tokens"
 SERVER_SAMPLES = "server_metric_samples"
 """Present on every point whose server's /metrics was scraped (server_metrics.point_fields)."""
@@ -122,6 +125,7 @@ CHECK_NUMBERS = (
     *LOOP_LAGS,
     *SEND_GAPS,
     GPU_THROTTLED,
+    GPU_POWER_CAPPED,
     CLIENT_CPU_BUSY,
     CLIENT_CPU_STEAL,
 )
