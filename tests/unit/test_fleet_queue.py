@@ -396,3 +396,26 @@ def test_a_claim_says_whether_it_changed_the_queue_and_a_retried_wait_does_not(t
     assert joined.changed is True
     again = queue.claim("a", finished)  # retried while it waits, the finish already recorded
     assert (again.answer, again.changed) == (WAIT, False)
+
+
+@pytest.mark.parametrize(("hosts", "names", "rounds"), [(3, "abc", 6), (2, "abcd", 4), (4, "abcd", 4)])
+def test_under_spread_each_config_meets_each_host_as_evenly_as_the_counts_allow(
+    hosts: int, names: str, rounds: int
+) -> None:
+    # Jobs of equal length, the hosts claiming in turn: a host takes the config of the earliest round it
+    # has measured least, so no config runs on one host every time.
+    data = campaign(*({"name": name} for name in names), repeats=rounds)
+    state = state_of(data, [f"h{index}" for index in range(hosts)])
+    met = {(name, f"h{index}"): 0 for name in names for index in range(hosts)}
+    while True:
+        taken = [
+            (host, claim.job)
+            for host in sorted({host for _, host in met})
+            if (claim := state.claim(host, 0.0)).job
+        ]
+        for host, job in taken:
+            met[job["config"], host] += 1
+            state.finish(job["id"], host, ok=True, reason=None, now=0.0)
+        if not taken:
+            break
+    assert set(met.values()) == {len(names) * rounds // hosts // len(names)}

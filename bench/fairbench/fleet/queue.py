@@ -173,15 +173,31 @@ class QueueState:
         return Claim(DONE)
 
     def _claim_order(self, host: str) -> list[dict[str, Any]]:
-        """The jobs in the order ``host`` looks for one to take: under spread, by round, then those of the
-        configs it has measured least, then in the round's order; else in plan order."""
+        """The jobs in the order ``host`` looks for one to take: under spread, by round; then those of the
+        configs it has measured least; of those, first the config the hosts yet to take a job of that round
+        have measured most (leaving them the configs they have not); then in the round's order. Else in
+        plan order."""
         if self.data["placement"] != SPREAD:
             return self.jobs
-        met: dict[str, int] = {}
+        met: dict[tuple[str, str], int] = {}
+        taken: dict[int, set[str]] = {}
         for job in self.jobs:
-            if job["state"] not in (*OPEN, UNPLACED) and host in job["hosts"]:
-                met[job["config"]] = met.get(job["config"], 0) + 1
-        return sorted(self.jobs, key=lambda job: (min(job["repeats"]), met.get(job["config"], 0)))
+            if job["state"] not in (*OPEN, UNPLACED):
+                for each in job["hosts"]:
+                    met[each, job["config"]] = met.get((each, job["config"]), 0) + 1
+                    taken.setdefault(min(job["repeats"]), set()).add(each)
+        hosts = {each for job in self.jobs for each in job["eligible"]} - {host}
+
+        def key(job: dict[str, Any]) -> tuple[int, int, int]:
+            index = min(job["repeats"])
+            waiting = hosts - taken.get(index, set())
+            return (
+                index,
+                met.get((host, job["config"]), 0),
+                -sum(met.get((w, job["config"]), 0) for w in waiting),
+            )
+
+        return sorted(self.jobs, key=key)
 
     def leave(self, host: str) -> None:
         """``host`` takes no job (its deploy failed after the jobs were placed): jobs that cannot get their
