@@ -167,8 +167,8 @@ def test_a_spread_plan_times_each_job_and_plays_the_queue_over_the_hosts() -> No
     # GPU-hours: 2 jobs of each, 2 GPUs each.
     assert least.gpu_hours == pytest.approx((2 * 15 + 2 * 35) * 2 / 3600)
     assert least.start_gpu_hours == pytest.approx(4 * 5 * 2 / 3600)
-    # In rounds, each drawn from seed 1 as b then a: h1 takes b#r0 (0-35), h2 a#r0 (0-15), then the
-    # config it has not measured, b#r1 (15-50); h1 a#r1 (35-50).
+    # Round 0 drawn from seed 1 as b then a, round 1 its reverse: h1 takes b#r0 (0-35), h2 a#r0 (0-15),
+    # then the config it has not measured, b#r1 (15-50); h1 a#r1 (35-50).
     assert least.wall_s == pytest.approx(50.0)
     assert found.outlook[MOST] == least  # a fixed count: the least is the most
 
@@ -310,9 +310,9 @@ def test_a_server_over_two_hosts_waits_for_both() -> None:
     jobs = plan(document.to_json(), pools, placement="spread")
     queue = new_state(placement="spread", pools=pools, jobs=jobs, excluded={}, equivalence=None, sticky={})
     seconds = {"a": 10.0, "wide": 20.0}
-    # Rounds drawn from seed 1 as wide then a: wide#r0 on both (0-20); h1 a#r0 (20-30), h2 the config it
-    # has not measured, a#r1 (20-30); wide#r1 on both (30-50).
-    assert [job["config"] for job in queue["jobs"]] == ["wide", "a", "wide", "a"]
+    # Round 0 drawn from seed 1 as wide then a, round 1 its reverse: wide#r0 on both (0-20); h1 a#r0
+    # (20-30), h2 a#r1 (20-30); wide#r1 on both (30-50).
+    assert [job["config"] for job in queue["jobs"]] == ["wide", "a", "a", "wide"]
     assert makespan(queue, ["h1", "h2"], lambda job: seconds[job["config"]]) == 50.0
 
 

@@ -12,7 +12,7 @@ import pytest
 from fairbench.fleet.plan import PLAY_POOL, plan, round_order
 from fairbench.fleet.queue import DONE, RUN, QueueState, judging_json, new_state
 from fairbench.fleet.stopping import comparisons, judge
-from fairbench.measure.decision import AHEAD, DecideRule, decide, margin_tests, repeats_to_decide
+from fairbench.measure.decision import AHEAD, DecideRule, decide, margin_tests, open_alpha, repeats_to_decide
 from fairbench.measure.repeats import AutoRepeats
 from fairbench.measure.stats import compare, welch_p_value
 
@@ -216,3 +216,26 @@ def test_a_fixed_order_within_rounds_meeting_a_drift_in_time_gives_a_wrong_sign_
         tests = margin_tests(drawn["ep8"], drawn["ep4"], 1.0)
         [found] = decide([tests])
         assert found is None or found.word != AHEAD
+
+
+def test_the_queue_calls_nothing_ahead_by_less_than_the_baselines_drift_as_the_verdict() -> None:
+    # tp8 (the baseline) 4 % faster in its last round than its first: ep4's 2.5 % lead is not ahead.
+    values = {
+        "tp8": {"c8": by_round(100.0, 100.1, 99.9, 104.0)},
+        "ep4": {"c8": by_round(102.5, 102.6, 102.4, 106.6)},
+    }
+    [pair, *_] = comparisons(values, "tp8", {})
+    assert pair.floor_pct == pytest.approx(4.0)
+    found = judge(values, {"tp8": 4, "ep4": 4}, POLICY, rule=RULE, baseline="tp8", gpus={})
+    assert not any(why and "ahead" in why for why in found.values()), found
+    steady = {**values, "tp8": {"c8": by_round(100.0, 100.1, 99.9, 100.0)}}
+    steady["ep4"] = {"c8": by_round(102.5, 102.6, 102.4, 102.5)}
+    found = judge(steady, {"tp8": 4, "ep4": 4}, POLICY, rule=RULE, baseline="tp8", gpus={})
+    assert found["ep4"] is not None and "ep4 ahead tp8" in found["ep4"]
+
+
+def test_an_undecided_pairs_repeats_are_estimated_at_holms_step_for_the_undecided_ones() -> None:
+    tests = [margin_tests(by_round(110, 111, 109), by_round(100, 101, 99), 1.0), None]
+    decided = decide(tests)
+    assert open_alpha(decided) == pytest.approx(0.05)  # one decided, one untested
+    assert open_alpha([None, None, None, None]) == pytest.approx(0.0125)

@@ -168,12 +168,18 @@ def rounds_seed(campaign: Mapping[str, Any]) -> int:
 
 
 def round_order(configs: Sequence[str], seed: int, round_index: int, *, rounds: bool = True) -> list[str]:
-    """The order round ``round_index`` measures ``configs`` in: a permutation drawn from ``seed`` and the
-    round alone, so a run and its resume, and the plan, draw the same. A campaign of one round
-    (``rounds`` false: one repeat) keeps its own order: no comparison is tested over a single repeat."""
+    """The order round ``round_index`` measures ``configs`` in, counterbalanced in pairs of rounds: an even
+    round draws a permutation from ``seed`` and the round, the odd round after it measures the same
+    configs in the reverse order. Any two configs then meet in both orders within each pair of rounds, so a
+    load that changes over a round's jobs (one that grows, or toggles every other job) lands on each
+    alike, which a drawn order alone leaves to chance (with two configs, three drawn rounds are all in one
+    order a quarter of the time). The same seed draws the same, for a run, its resume and the plan. A
+    campaign of one round (``rounds`` false: one repeat) keeps its own order: no comparison is tested over a
+    single repeat."""
     if not rounds:
         return list(configs)
-    return random.Random(f"{seed}/{round_index}").sample(list(configs), len(configs))
+    drawn = random.Random(f"{seed}/{round_index - round_index % 2}").sample(list(configs), len(configs))
+    return drawn[::-1] if round_index % 2 else drawn
 
 
 def most_jobs(campaign: Mapping[str, Any], jobs: Sequence[Job], *, placement: str) -> int:

@@ -6,7 +6,8 @@ is judged over the rounds it has (its jobs' throughputs at each listed level, by
 - with the campaign's margin (``decide``), by the comparisons its verdict makes (``report.verdict``), per
   workload: at the lowest level (each config's first listed level) and at each config's peak (per GPU
   where the configs' GPU counts differ), the best config against the next, and the baseline against each
-  other. Each is a ``measure.decision`` test, paired within rounds, Holm over them all. A config needs
+  other. Each is a ``measure.decision`` test, paired within rounds, Holm over them all, none ahead by less
+  than the baseline's drift (``measure.rounds``), as in the verdict. A config needs
   another round while one of its comparisons is undecided and could be decided within the maximum
   (``decision.repeats_to_decide``); one whose comparisons are all decided (a config clearly behind, say)
   stops. The baseline is measured in every round while any other config is: it is the drift sentinel
@@ -24,16 +25,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fairbench.campaign.model import SPREAD
 from fairbench.measure.decision import (
     UNDECIDED,
     DecideRule,
     decide,
+    decide_rule_from_json,
     margin_tests,
+    open_alpha,
     repeats_to_decide,
 )
 from fairbench.measure.metrics import mean
 from fairbench.measure.repeats import AutoRepeats, stop_reason
-from fairbench.measure.stats import ALPHA
+from fairbench.measure.rounds import baseline_drift_pct
 
 ByRound = dict[int, float]
 Levels = Mapping[str, Mapping[str, ByRound]]
@@ -49,6 +53,9 @@ class Comparison:
     below: str
     above_values: ByRound
     below_values: ByRound
+    floor_pct: float = 0.0
+    """The baseline's drift in its workload (``measure.rounds.baseline_drift_pct``, at its peak): no
+    difference smaller than it is ahead, as the verdict has it."""
 
     def text(self, word: str) -> str:
         return f"{self.above} {word} {self.below} ({self.regime})"
@@ -88,6 +95,9 @@ def comparisons(values: Levels, baseline: str, gpus: Mapping[str, int]) -> list[
                 if (peak := _peak(levels, workload)) is not None
             },
         }
+        peak = _peak(values.get(baseline, {}), workload)
+        drift = baseline_drift_pct(values[baseline][peak]) if peak is not None else None
+        floor = abs(drift) if drift is not None else 0.0
         for regime, standing in regimes.items():
             ranked = sorted(standing, key=lambda config: -mean(list(standing[config].values())))
             pairs = list(itertools.pairwise(ranked))[:1]
@@ -102,7 +112,7 @@ def comparisons(values: Levels, baseline: str, gpus: Mapping[str, int]) -> list[
             for above, below in pairs:
                 found.setdefault(
                     (regime, above, below),
-                    Comparison(regime, above, below, standing[above], standing[below]),
+                    Comparison(regime, above, below, standing[above], standing[below], floor),
                 )
     return list(found.values())
 
@@ -132,9 +142,12 @@ def judge(
                 found[config] = shown or f"no level measured in {count} job(s)"
         return _bounded(found, counts, policy)
     compared = comparisons(values, baseline, gpus)
-    tests = [margin_tests(pair.above_values, pair.below_values, rule.margin_pct) for pair in compared]
+    tests = [
+        margin_tests(pair.above_values, pair.below_values, rule.margin_pct, ahead_floor_pct=pair.floor_pct)
+        for pair in compared
+    ]
     decisions = decide(tests)
-    strictest = ALPHA / max(1, sum(test is not None for test in tests))
+    strictest = open_alpha(decisions)
     open_pairs: dict[str, list[str]] = {config: [] for config in counts}
     decided: dict[str, list[str]] = {config: [] for config in counts}
     hopeless: dict[str, list[str]] = {config: [] for config in counts}
@@ -179,6 +192,13 @@ def _bounded(
         )
         for config, why in found.items()
     }
+
+
+def stopping_margin(campaign: Mapping[str, Any]) -> float | None:
+    """The margin a campaign's automatic repeats stop by (campaign.json's data): ``decide.margin_pct`` under
+    spread; None where each level's interval judges them (no ``decide``, or every-host)."""
+    rule = decide_rule_from_json(campaign.get("decide"))
+    return rule.margin_pct if rule is not None and campaign.get("placement", SPREAD) == SPREAD else None
 
 
 def levels_of(jobs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, ByRound]]:

@@ -163,15 +163,21 @@ def decide(found: Sequence[MarginTests | None], alpha: float = ALPHA) -> list[De
     return decisions
 
 
+def open_alpha(decisions: Sequence[Decision | None], alpha: float = ALPHA) -> float:
+    """The level an undecided comparison's test must reach to decide it, for ``repeats_to_decide``: Holm's
+    step once the decided comparisons have been rejected, alpha over the undecided ones (untested ones
+    count as undecided)."""
+    return alpha / max(1, sum(decision is None or decision.word == UNDECIDED for decision in decisions))
+
+
 def repeats_to_decide(sample_a: Sample, sample_b: Sample, margin: float, alpha: float) -> int | None:
     """The repeats of each config after which an undecided comparison would be decided, were its means and
     spreads what they are now: the smallest n with gap / se(n) >= t(1 - alpha, df(n)), where gap = |d| - M
     (superiority) or M - |d| (equivalence, its nearer bound). Welch's: se(n) = sqrt((s_a^2 + s_b^2) / n) and
     df(n) Welch's for n values a side, (s_a^2 + s_b^2)^2 (n - 1) / (s_a^4 + s_b^4); paired (by round, two
     rounds or more shared), se(n) = s_d / sqrt(n) and df(n) = n - 1, s_d the spread of the within-round
-    differences. ``alpha``: the level its test must reach (the verdict's: ALPHA over the family's size,
-    Holm's strictest step). None where no number would (d exactly at the margin), nothing varies, or it
-    would take more than MOST_REPEATS_ESTIMATED."""
+    differences. ``alpha``: the level its test must reach (``open_alpha``). None where no number would (d
+    exactly at the margin), nothing varies, or it would take more than MOST_REPEATS_ESTIMATED."""
     values_a, values_b = sample_values(sample_a), sample_values(sample_b)
     if len(values_a) < 2 or len(values_b) < 2:
         return None

@@ -37,6 +37,7 @@ from fairbench.measure.decision import (
     decide,
     decide_rule_from_json,
     margin_tests,
+    open_alpha,
     repeats_to_decide,
 )
 from fairbench.measure.slo import SloError, SloTarget, parse_slo
@@ -308,7 +309,7 @@ def _decisions(
     drift_pct: float | None = None,
 ) -> Iterator[tuple[Decision | None, int | None]]:
     """Each pair's decision against the margin, in the order of ``tests``, with an undecided pair's
-    repeats to decide it (at Holm's strictest level, alpha over the pairs tested); (None, None) for every
+    repeats to decide it (``decision.open_alpha``: alpha over the undecided pairs); (None, None) for every
     pair without a margin. No difference smaller than the baseline's ``drift_pct`` is called ahead."""
     pairs = [(above, below, comparison) for found in tests for above, below, comparison in found]
     if margin_pct is None:
@@ -321,7 +322,7 @@ def _decisions(
         for above, below, comparison in pairs
     ]
     decided = decide(found, alpha)
-    strictest = alpha / max(1, sum(tests is not None for tests in found))
+    strictest = open_alpha([decision for decision in decided if decision is not None], alpha)
     return iter(
         [
             (
