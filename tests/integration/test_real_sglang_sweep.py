@@ -54,6 +54,11 @@ def test_every_request_completes_and_the_server_lives(
     assert done.returncode == 0, done.stderr + real_sglang.log_tail()
     points = [json.loads(line) for line in (out / "points.jsonl").read_text().splitlines()]
     assert [(p["max_concurrency"], p["completed"], p["failed"]) for p in points] == [(1, 16, 0), (8, 16, 0)]
+    # What the server says it runs at once, read from its /server_info as the running-request check does.
+    with urllib.request.urlopen(f"{real_sglang.url}/server_info", timeout=30) as reply:
+        info = json.loads(reply.read())
+    limit = sum(state["effective_max_running_requests_per_dp"] for state in info["internal_states"])
+    assert limit >= 8 and all(p["server_running_limit"] == limit for p in points), limit
     # The server counted every output token the sweep asked for, and its own counters say the same.
     assert all(p["total_output_tokens"] == 16 * 16 == p["server_generation_tokens"] for p in points)
     if api != "chat":  # the chat template's tokens are the server's, not the sweep's

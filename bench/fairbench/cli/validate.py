@@ -16,6 +16,7 @@ from fairbench.cli.inventory_hosts import InventoryError, InventoryHosts, read_i
 from fairbench.cli.usage import UsageError
 from fairbench.fleet.estimate import EstimateError
 from fairbench.fleet.plan import PlanError
+from fairbench.fleet.stopping import stopping_margin
 from fairbench.report.workload_text import workload_text
 
 DESCRIPTION = (
@@ -164,9 +165,10 @@ def summary_lines(campaign: Campaign) -> list[str]:
         command = shlex.join([*environment, *config.argv])
         placed = placement_note(config)
         lines.append(f"  {config.name:<{width}}  {command}" + (f"  # {placed}" if placed else ""))
+    decided_on = stopping_margin(campaign.to_json())
     for name, workload in campaign.workloads.items():
         title = "workload" if name == SINGLE_WORKLOAD else f"workload {name}"
-        lines.append(f"  {title}: {workload_text(workload.to_json())}")
+        lines.append(f"  {title}: {workload_text(workload.to_json(), decided_on)}")
     lines.extend(f"warning: {warning}" for warning in campaign.warnings)
     return lines
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from fairbench.campaign.model import SPREAD
 from fairbench.fleet.campaign_record import differences, listed
-from fairbench.measure.decision import decide_rule_from_json
+from fairbench.fleet.stopping import stopping_margin
 from fairbench.measure.repeats import AutoRepeats
 from fairbench.measure.results import CAMPAIGN_FILE
 from fairbench.report.blocks import Alert, Block, BulletList, Figure, Heading, Paragraph, Preformatted, Table
@@ -307,8 +307,7 @@ def _first_screen(
     blocks += _file_alerts([run])
     if run.campaign.get("warnings"):
         blocks.append(Alert("warning", "The campaign's own warnings:", list(run.campaign["warnings"])))
-    rule = decide_rule_from_json(run.campaign.get("decide"))
-    decided_on = rule.margin_pct if rule is not None and run.placement == SPREAD else None
+    decided_on = stopping_margin(run.campaign)
     blocks.append(_confidence_alert(run.campaign["workload"].get("repeats", 1), headlines, decided_on))
     return blocks
 
@@ -326,7 +325,7 @@ def _campaign_line(run: Run) -> Paragraph:
     )
     return Paragraph(
         f"Engine `{run.campaign['engine']}`, model `{run.campaign['model']}`. Workload: "
-        f"{workload_text(workload)}.{slo}{search}"
+        f"{workload_text(workload, stopping_margin(run.campaign))}.{slo}{search}"
     )
 
 

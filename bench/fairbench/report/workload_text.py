@@ -12,12 +12,14 @@ from fairbench.measure.workload import DEFAULT_ARRIVAL, DEFAULT_BURSTINESS, GAMM
 from fairbench.report.summary import CLOSED_LOOP, OPEN_LOOP
 
 
-def workload_text(workload: Mapping[str, Any]) -> str:
+def workload_text(workload: Mapping[str, Any], decided_on: float | None = None) -> str:
     r"""``\`completions\`, 256 tokens in, 128 out, concurrency 1, 16, 3 repeat(s)``: its API, its prompts
-    (groups, conversations or a trace's window), lengths, levels, repeats and the points' starting cache."""
+    (groups, conversations or a trace's window), lengths, levels, repeats and the points' starting cache;
+    ``decided_on``: the margin automatic repeats stop by (``fleet.stopping.stopping_margin``)."""
+    repeats = _repeats_text(workload.get("repeats", 1), decided_on)
     return (
         f"`{workload.get('api')}`, {_prompts_text(workload)}{_lengths_text(workload)}"
-        f"{_load_text(workload)}, {_repeats_text(workload.get('repeats', 1))}{_cache_text(workload)}"
+        f"{_load_text(workload)}, {repeats}{_cache_text(workload)}"
     )
 
 
@@ -29,12 +31,15 @@ def repeats_setting(setting: object) -> int | AutoRepeats | None:
         return None
 
 
-def _repeats_text(setting: object) -> str:
+def _repeats_text(setting: object, decided_on: float | None) -> str:
     repeats = repeats_setting(setting)
     if isinstance(repeats, AutoRepeats):
-        return (
-            f"automatic repeats ({repeats.minimum} to {repeats.maximum}, until ±{repeats.half_width_pct:g} %)"
+        until = (
+            f"in rounds until decided against ±{decided_on:g} %"
+            if decided_on is not None
+            else f"until ±{repeats.half_width_pct:g} %"
         )
+        return f"automatic repeats ({repeats.minimum} to {repeats.maximum}, {until})"
     return f"{setting} repeat(s)"
 
 
