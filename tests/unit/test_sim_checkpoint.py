@@ -76,3 +76,19 @@ def test_a_model_path_no_file_system_can_hold_is_refused_naming_it() -> None:
     with pytest.raises(CheckpointError) as caught:
         read_checkpoint(path)
     assert str(caught.value) == f"{path}/config.json: File name too long"
+
+
+@pytest.mark.parametrize(
+    ("config", "dtype"),
+    [
+        ({"torch_dtype": "float16"}, "float16"),
+        ({"text_config": {"torch_dtype": "bfloat16"}, "torch_dtype": "float32"}, "bfloat16"),
+        ({"dtype": "float16"}, "float16"),
+        ({"torch_dtype": 16}, None),
+        ({}, None),
+    ],
+)
+def test_the_weights_dtype_is_what_dtype_auto_loads(
+    tmp_path: Path, config: dict[str, Any], dtype: str | None
+) -> None:
+    assert checkpoint(tmp_path, config).torch_dtype == dtype

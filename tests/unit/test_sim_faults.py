@@ -31,6 +31,11 @@ def test_a_spec_may_hold_several_faults_and_later_flags_override_earlier_ones() 
         ("slow-start=-2", "slow-start: must be a number from 0 to 604800 seconds, got -2"),
         ("slow-start=inf", "slow-start: must be a finite number, got inf"),
         ("malformed-every=0", "malformed-every: must be at least 1, got 0"),
+        (
+            "diverge-after=-1",
+            "diverge-after: must be an integer from 0 to 10,000,000 (an output position, 0-based), got -1",
+        ),
+        ("diverge-after=2.5", "'diverge-after=2.5': not a valid value for diverge-after"),
     ],
 )
 def test_a_value_that_is_no_number_or_outside_a_real_runs_range_is_a_usage_error(
@@ -39,6 +44,12 @@ def test_a_value_that_is_no_number_or_outside_a_real_runs_range_is_a_usage_error
     with pytest.raises(argparse.ArgumentTypeError) as error:
         parse_fault_spec(spec)
     assert str(error.value) == message
+
+
+def test_diverge_after_is_a_position_from_0_and_is_described_as_spelled() -> None:
+    settings = combine_fault_specs([parse_fault_spec("diverge-after=0"), parse_fault_spec("slow-start=2")])
+    assert settings == FaultSettings(diverge_after=0, slow_start_s=2.0)
+    assert settings.describe() == {"slow-start": 2.0, "diverge-after": 0}
 
 
 def test_crash_after_n_lets_n_requests_through() -> None:

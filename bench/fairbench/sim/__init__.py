@@ -7,8 +7,10 @@ the schedule of a continuous-batching performance model whose constants live in 
 Modules, in the order data flows through them:
 ``args`` (flags -> ``SimConfig``), ``model`` (profile -> step and prefill times), ``engine`` (the
 continuous-batching scheduler and the clock that drives it), ``api`` (request bodies in, SGLang's
-response and stream formats out), ``http`` (a minimal HTTP/1.1 server on raw asyncio, fast enough to
-stream tens of thousands of tokens per second on one core), ``server`` (routes, auth, ``/server_info``,
+response and stream formats out), ``outputs`` (what a response says: its tokens per prompt and numerics
+family, their log-probabilities, the sums it gets right, how repetitive a prompt is), ``http`` (a minimal
+HTTP/1.1 server on raw asyncio, fast enough to stream tens of thousands of tokens per second on one
+core), ``server`` (routes, auth, ``/server_info``,
 ``/metrics``, start-up), ``nodes`` (one server over ``--nnodes`` hosts: rank 0's rendezvous with the
 other ranks, their heartbeats, the other ranks' dummy health server), ``faults`` and ``predict`` (the
 same engine on a virtual clock: what a closed-loop sweep will measure). The ``fairbench sim`` command is

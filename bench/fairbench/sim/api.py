@@ -10,7 +10,18 @@ error events, which it writes with ``json.dumps`` and its default separators.
 
 The simulator has no tokenizer. A text prompt counts one token per whitespace-separated word, a prompt
 of token ids one per id (what a benchmark's random-ids dataset sends). Output tokens are words of a
-small fixed vocabulary, each with its own token id, so text and ids stay consistent.
+small fixed vocabulary and numbers, each with its own token id, so text and ids stay consistent; which
+ones, and their log-probabilities, is ``outputs``'s model.
+
+Log-probabilities come as SGLang's do when asked for: ``/generate``'s ``return_logprob`` (with
+``top_logprobs_num``, ``token_ids_logprob``, ``return_text_in_logprobs``) as ``meta_info`` lists of
+``[logprob, token_id, text]``; ``/v1/completions``' ``logprobs: N`` as the legacy ``LogProbs`` object;
+``/v1/chat/completions``' ``logprobs``/``top_logprobs`` as ``ChoiceLogprobs``, streamed on the chunk
+that carries the tokens. Prompt-token log-probabilities (``logprob_start_len``, ``echo``) are refused.
+Under speculative decoding a finished ``/generate`` output carries the request's ``spec_*`` counts
+(``TokenizerManager._calculate_spec_decoding_metrics``), and the OpenAI routes give them as
+``sglext.spec_tokens_details`` with ``return_spec_tokens_details`` (chat also in ``choices[].meta_info``
+with ``return_meta_info``).
 
 Without ``ignore_eos`` a request "meets EOS" after the profile's ``natural_output_tokens`` tokens (when
 that is below its limit) and finishes with ``stop`` and the EOS id as ``matched``: a client that forgets
@@ -29,18 +40,7 @@ from typing import Any
 
 from fairbench.sim.engine import SimRequest
 from fairbench.sim.http import HttpExchange
-
-# Plain lower-case words: no character in them needs escaping in JSON, so events embed them as they are.
-VOCABULARY = (
-    *("the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with", "as", "by", "at", "from"),
-    *("his", "an", "were", "are", "which", "this", "be", "or", "has", "had", "not", "first", "one"),
-    *("their", "its", "new", "after", "who", "they", "have", "her", "she", "two", "been", "other"),
-    *("when", "there", "all", "during", "into", "school", "time", "may", "years", "more", "most"),
-    *("only", "over", "city", "some", "world", "would", "where", "later", "up"),
-)
-FIRST_TOKEN_ID = 1000
-TOKEN_TEXTS = tuple(" " + word for word in VOCABULARY)
-TOKEN_IDS = tuple(str(FIRST_TOKEN_ID + index) for index in range(len(VOCABULARY)))
+from fairbench.sim.outputs import ResponseTokens
 
 DONE_EVENT = b"data: [DONE]\n\n"
 
@@ -79,6 +79,18 @@ def validation_error(message: str) -> ApiError:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class LogprobRequest:
+    """What a request asks of the output tokens' log-probabilities."""
+
+    top: int = 0
+    """Alternatives per position: ``top_logprobs_num``, completions' ``logprobs``, chat's ``top_logprobs``."""
+    text: bool = False
+    """Each entry's token text (``return_text_in_logprobs``; always on the OpenAI routes)."""
+    token_ids: tuple[int, ...] | None = None
+    """``/generate``'s ``token_ids_logprob``: these tokens' log-probabilities at every position."""
+
+
 @dataclass(slots=True)
 class GenerationRequest:
     api: str
@@ -92,6 +104,17 @@ class GenerationRequest:
     stream: bool
     include_usage: bool
     continuous_usage: bool
+    query: str | None = None
+    """A text request's prompt, or its last user message: where the model finds the integers to add."""
+    logprobs: LogprobRequest | None = None
+    spec_details: bool = False
+    """``return_spec_tokens_details`` (OpenAI routes): speculative decoding's counts in ``sglext``."""
+    meta_info: bool = False
+    """Chat's ``return_meta_info``: the choice carries ``/generate``'s ``meta_info``."""
+    token_ids: bool = False
+    """``return_token_ids`` (OpenAI routes, not streamed here): the choice carries the output's token ids
+    (completions' ``token_ids``, chat's ``response_token_ids``). SGLang adds the prompt's too, which a
+    simulator without a tokenizer has none of: serialized as SGLang does a None, it is left out."""
 
     @property
     def prompt_tokens(self) -> int:
@@ -111,6 +134,8 @@ class ServingInfo:
     """``--enable-metrics``: SGLang then adds the request's time stats to ``/generate``'s meta_info."""
     enable_cache_report: bool = False
     """``--enable-cache-report``: the OpenAI APIs' final usage reports the prompt's cached tokens."""
+    spec_num_draft_tokens: int | None = None
+    """``--speculative-num-draft-tokens`` under speculative decoding, else None (no ``spec_*`` counts)."""
 
 
 def text_tokens(text: str) -> list[str]:
@@ -131,6 +156,23 @@ def _bool_field(body: dict[str, Any], name: str) -> bool:
     if not isinstance(value, bool):
         raise validation_error(f"{name}: Input should be a valid boolean")
     return value
+
+
+def _query(prompt: Any) -> str | None:
+    """The text the model reads a sum from: a text prompt (one of a one-prompt batch); None for ids."""
+    if isinstance(prompt, list) and len(prompt) == 1:
+        prompt = prompt[0]
+    return prompt if isinstance(prompt, str) else None
+
+
+def _logprob_request(top: int | None, text: bool, token_ids: Any = None) -> LogprobRequest:
+    if token_ids is not None and (
+        not isinstance(token_ids, list)
+        or not all(isinstance(token, int) and not isinstance(token, bool) for token in token_ids)
+    ):
+        raise validation_error("token_ids_logprob: Input should be a valid list of integers")
+    # SGLang reads a missing or empty token_ids_logprob as none, and any top count below 1 as none.
+    return LogprobRequest(top=max(top or 0, 0), text=text, token_ids=tuple(token_ids) if token_ids else None)
 
 
 def _prompt_tokens(prompt: Any, what: str) -> Sequence[Hashable]:
@@ -177,6 +219,24 @@ def parse_generate(body: dict[str, Any], info: ServingInfo) -> GenerationRequest
         raise validation_error("sampling_params: Input should be a valid dictionary")
     _single_choice(sampling.get("n"))
     rid = body.get("rid")
+    logprobs = None
+    if _bool_field(body, "return_logprob"):
+        start = _int_field(body, "logprob_start_len", None)
+        if start is not None and start != -1:
+            raise ApiError(
+                400,
+                {
+                    "error": {
+                        "message": f"logprob_start_len={start}: the simulator computes no log-probabilities "
+                        "of prompt tokens; leave logprob_start_len unset (or -1)"
+                    }
+                },
+            )
+        logprobs = _logprob_request(
+            _int_field(body, "top_logprobs_num", None),
+            _bool_field(body, "return_text_in_logprobs"),
+            body.get("token_ids_logprob"),
+        )
     return GenerationRequest(
         api="generate",
         rid=rid if isinstance(rid, str) else uuid.uuid4().hex,
@@ -188,6 +248,8 @@ def parse_generate(body: dict[str, Any], info: ServingInfo) -> GenerationRequest
         stream=_bool_field(body, "stream"),
         include_usage=False,
         continuous_usage=False,
+        query=_query(body.get("text")),
+        logprobs=logprobs,
     )
 
 
@@ -204,6 +266,10 @@ def parse_completion(body: dict[str, Any], info: ServingInfo) -> GenerationReque
         raise validation_error("max_tokens: Value error, max_tokens must be positive")
     _single_choice(body.get("n"))
     include_usage, continuous_usage = _usage_options(body, info)
+    top = _int_field(body, "logprobs", None)
+    if top and _bool_field(body, "echo"):
+        # SGLang then returns the prompt's log-probabilities too (logprob_start_len 0).
+        raise openai_error("echo with logprobs: the simulator computes no log-probabilities of prompt tokens")
     return GenerationRequest(
         api="completions",
         rid=body["rid"] if isinstance(body.get("rid"), str) else uuid.uuid4().hex,
@@ -214,23 +280,29 @@ def parse_completion(body: dict[str, Any], info: ServingInfo) -> GenerationReque
         stream=_bool_field(body, "stream"),
         include_usage=include_usage,
         continuous_usage=continuous_usage,
+        query=_query(prompt),
+        logprobs=None if top is None else _logprob_request(top, text=True),
+        spec_details=_bool_field(body, "return_spec_tokens_details"),
+        token_ids=_bool_field(body, "return_token_ids"),
     )
 
 
-def _message_tokens(message: Any) -> list[str]:
+def _message_text(message: Any) -> str:
     if not isinstance(message, dict) or "role" not in message:
         raise validation_error("messages: each message needs a role")
     content = message.get("content")
     if isinstance(content, str):
-        return text_tokens(content)
+        return content
     if isinstance(content, list):
-        return [
-            word
-            for part in content
-            if isinstance(part, dict)
-            for word in text_tokens(str(part.get("text", "")))
-        ]
-    return []
+        return " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return ""
+
+
+def _last_user_message(messages: list[Any]) -> str | None:
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            return _message_text(message)
+    return None
 
 
 def parse_chat(body: dict[str, Any], info: ServingInfo) -> GenerationRequest:
@@ -241,16 +313,37 @@ def parse_chat(body: dict[str, Any], info: ServingInfo) -> GenerationRequest:
     max_tokens = _int_field(body, "max_completion_tokens", None) or _int_field(body, "max_tokens", None)
     _single_choice(body.get("n"))
     include_usage, continuous_usage = _usage_options(body, info)
+    stream = _bool_field(body, "stream")
+    meta_info = _bool_field(body, "return_meta_info")
+    if stream and _bool_field(body, "return_token_ids"):
+        # OpenAIServingChat._convert_to_internal_request's ValueError, answered as a 400.
+        raise openai_error(
+            "return_token_ids is not supported with streaming on /v1/chat/completions. Please set "
+            "stream=false when using return_token_ids=true."
+        )
+    if stream and meta_info:
+        # OpenAIServingChat._convert_to_internal_request's ValueError, answered as a 400.
+        raise openai_error(
+            "return_meta_info is not supported with streaming. "
+            "Please set stream=false when using return_meta_info=true."
+        )
+    top = _int_field(body, "top_logprobs", None)
+    texts = [_message_text(message) for message in messages]
     return GenerationRequest(
         api="chat",
         rid=body["rid"] if isinstance(body.get("rid"), str) else uuid.uuid4().hex,
         model=str(body.get("model", "default")),
-        prompt=[word for message in messages for word in _message_tokens(message)],
+        prompt=[word for text in texts for word in text_tokens(text)],
         max_new_tokens=max_tokens,
         ignore_eos=_bool_field(body, "ignore_eos"),
-        stream=_bool_field(body, "stream"),
+        stream=stream,
         include_usage=include_usage,
         continuous_usage=continuous_usage,
+        query=_last_user_message(messages),
+        logprobs=_logprob_request(top, text=True) if _bool_field(body, "logprobs") else None,
+        spec_details=_bool_field(body, "return_spec_tokens_details"),
+        meta_info=meta_info,
+        token_ids=_bool_field(body, "return_token_ids"),
     )
 
 
@@ -300,13 +393,17 @@ class StreamHooks:
 class ResponseWriter(ABC):
     """A request's tokens turned into SGLang's events on its connection; the engine's ``TokenSink``.
 
-    Token ``p`` of a response (0-based) is vocabulary entry ``(vocabulary_offset + p) % len(VOCABULARY)``, so
-    a writer only counts tokens and spells them when an event needs them. ``deliver`` runs once per
-    request per round at up to tens of thousands of times a second: it avoids every avoidable step.
+    The response's tokens (``outputs.ResponseTokens``) are worked out as events need them, so a writer
+    only counts tokens and spells them when an event needs them. ``deliver`` runs once per request per
+    round at up to tens of thousands of times a second: it avoids every avoidable step.
     """
 
     headers_before_first_token = False
     """``/generate`` returns its StreamingResponse at once; the OpenAI routes wait for the first chunk."""
+    first_output_ns = 0
+    """When the engine handed over the request's first output (its prefill's end), ``perf_counter_ns``."""
+    first_sent_ts: str | None = None
+    """``response_sent_to_client_ts`` as written, once the first event (or the whole response) has gone."""
 
     def __init__(
         self,
@@ -315,14 +412,14 @@ class ResponseWriter(ABC):
         info: ServingInfo,
         exchange: HttpExchange,
         ends_on_eos: bool,
-        vocabulary_offset: int,
+        tokens: ResponseTokens,
         hooks: StreamHooks,
     ) -> None:
         self.request = request
         self.info = info
         self.exchange = exchange
         self.ends_on_eos = ends_on_eos
-        self.vocabulary_offset = vocabulary_offset
+        self.tokens = tokens
         self.hooks = hooks
         self.created = int(time.time())
         self.received_ns = time.perf_counter_ns()
@@ -336,6 +433,8 @@ class ResponseWriter(ABC):
         self.event_tokens: list[int] = []
         self.rid_json = json.dumps(request.rid)
         self.model_json = json.dumps(request.model)
+        self._logprob_json: dict[str, list[str]] = {}
+        """``/generate``'s log-probability lists as JSON entries, by key, kept as the output grows."""
 
     def abort(self, sim_request: SimRequest, *, now: bool) -> None:
         """``/abort_request``: the response ends as SGLang's does, a graceful abort (the finish reason says
@@ -349,6 +448,8 @@ class ResponseWriter(ABC):
 
     def deliver(self, sim_request: SimRequest, tokens: int, finished: bool) -> None:
         """The engine's ``TokenSink``: ``tokens`` new tokens leave now."""
+        if not self.first_output_ns:
+            self.first_output_ns = time.perf_counter_ns()
         self.scheduled = sim_request
         start = self.completion_tokens
         self.completion_tokens = start + tokens
@@ -380,23 +481,12 @@ class ResponseWriter(ABC):
     def full_response(self) -> dict[str, Any]:
         """The non-streaming response body."""
 
-    def vocabulary_indices(self, start: int, count: int) -> list[int]:
-        first = self.vocabulary_offset + start
-        return [position % len(VOCABULARY) for position in range(first, first + count)]
-
     def output_tokens(self, count: int) -> list[Hashable]:
-        """The response's first ``count`` tokens as the prefix cache keys them: token ids where the prompt
-        is ids, else words (a client sends a reply back as it got it: ``output_ids`` or text)."""
-        indices = self.vocabulary_indices(0, count)
-        prompt = self.request.prompt
-        if prompt and isinstance(prompt[0], int):
-            return [FIRST_TOKEN_ID + index for index in indices]
-        return [VOCABULARY[index] for index in indices]
+        """The response's first ``count`` tokens as the prefix cache keys them."""
+        return self.tokens.keys(count)
 
     def text_of(self, start: int, count: int) -> str:
-        if count == 1:
-            return TOKEN_TEXTS[(self.vocabulary_offset + start) % len(VOCABULARY)]
-        return "".join(TOKEN_TEXTS[index] for index in self.vocabulary_indices(start, count))
+        return self.tokens.text(start, count) if count else ""
 
     @property
     def finish_reason(self) -> dict[str, Any]:
@@ -420,70 +510,7 @@ class ResponseWriter(ABC):
         """The prompt tokens the prefix cache held when the request was admitted; 0 before."""
         return self.scheduled.cached_tokens if self.scheduled is not None else 0
 
-    def usage(self, with_nulls: bool, *, reports_cache: bool = True) -> dict[str, Any]:
-        """``UsageProcessor.calculate_token_usage`` as pydantic dumps it, with or without its nulls. With
-        ``--enable-cache-report`` it reports the cached prompt tokens, where SGLang's does
-        (``reports_cache``): everywhere but a completions stream's continuous usage."""
-        prompt = self.request.prompt_tokens
-        report = reports_cache and self.info.enable_cache_report
-        usage: dict[str, Any] = {
-            "prompt_tokens": prompt,
-            "total_tokens": prompt + self.completion_tokens,
-            "completion_tokens": self.completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": self.cached_tokens} if report else None,
-            "reasoning_tokens": 0,
-            "completion_tokens_details": None,
-        }
-        return usage if with_nulls else {key: value for key, value in usage.items() if value is not None}
-
-    def usage_chunk(self, object_name: str, with_nulls: bool) -> bytes:
-        """The final usage-only chunk, ``choices: []``, sent with ``include_usage``."""
-        final = {
-            "id": self.request.rid,
-            "object": object_name,
-            "created": self.created,
-            "model": self.request.model,
-            "choices": [],
-            "usage": self.usage(with_nulls),
-        }
-        return b"data: " + compact_json(final) + b"\n\n"
-
-    def openai_response(self, object_name: str, choice: dict[str, Any]) -> dict[str, Any]:
-        """``CompletionResponse`` / ``ChatCompletionResponse`` around the one ``choice``."""
-        return {
-            "id": self.request.rid,
-            "object": object_name,
-            "created": self.created,
-            "model": self.request.model,
-            "choices": [
-                {
-                    "index": 0,
-                    **choice,
-                    "logprobs": None,
-                    "finish_reason": self.finish_reason["type"],
-                    "matched_stop": self.matched_stop,
-                }
-            ],
-            "usage": self.usage(with_nulls=True),
-            "metadata": {"weight_version": self.info.weight_version, "weight_versions": self.weight_versions},
-        }
-
-
-class GenerateWriter(ResponseWriter):
-    """``/generate``: cumulative ``text`` and ``output_ids`` in every event (kept as growing strings)."""
-
-    headers_before_first_token = True
-    streamed_text = ""
-    streamed_ids = ""
-    first_output_ns = 0
-    """When the engine handed over the request's first output (its prefill's end), ``perf_counter_ns``."""
-    first_sent_ts: str | None = None
-    """``response_sent_to_client_ts`` as written, once the first event (or the whole response) has gone."""
-
-    def deliver(self, sim_request: SimRequest, tokens: int, finished: bool) -> None:
-        if not self.first_output_ns:
-            self.first_output_ns = time.perf_counter_ns()
-        super().deliver(sim_request, tokens, finished)
+    # --- /generate's meta_info, which chat's return_meta_info carries too ----------------------------
 
     def meta_info(self, finished: bool) -> str:
         """``TokenizerManager._handle_batch_output``'s meta_info, in its key order.
@@ -491,7 +518,9 @@ class GenerateWriter(ResponseWriter):
         ``response_sent_to_client_ts``, epoch seconds, is the moment the response first goes to the
         client: it is set on a stream's first event, on a whole response's only one. With
         ``--enable-metrics`` every output also carries the scheduler's time stats of the request, and the
-        last the tokenizer's (among them ``response_sent_to_client_ts`` again, on a stream's)."""
+        last the tokenizer's (among them ``response_sent_to_client_ts`` again, on a stream's). With
+        ``return_logprob`` the log-probabilities follow the scheduler's stats; under speculative decoding
+        the finished output's ``spec_*`` counts follow ``e2e_latency``."""
         now_ns = time.perf_counter_ns()
         finish = compact_json(self.finish_reason).decode() if finished else "null"
         scheduled = self.scheduled
@@ -503,18 +532,130 @@ class GenerateWriter(ResponseWriter):
         )
         if self.info.enable_metrics:
             meta += self._scheduler_time_stats(scheduled)
+        if self.request.logprobs is not None:
+            meta += self._logprob_meta(self.request.logprobs)
         meta += f',"reasoning_tokens":0,"completion_tokens":{self.completion_tokens},"cached_tokens":{cached}'
         if finished:
             meta += f',"weight_versions":{compact_json(self.weight_versions).decode()}'
         meta += f',"cached_tokens_details":{details},"dp_rank":null'
         if finished:
             meta += f',"e2e_latency":{(now_ns - self.received_ns) / 1e9}'
+            spec = self.spec_meta()
+            if spec is not None:
+                meta += "," + compact_json(spec).decode()[1:-1]
             if self.info.enable_metrics:
                 meta += self._request_time_stats(now_ns)
         if self.first_sent_ts is None:
             self.first_sent_ts = repr(self._epoch_s(now_ns))
             meta += f',"response_sent_to_client_ts":{self.first_sent_ts}'
         return meta + "}"
+
+    def _logprob_meta(self, asked: LogprobRequest) -> str:
+        """``add_logprob_to_meta_info`` for the output so far: the prompt's lists stay empty (SGLang
+        computes none by default), each output list holds one entry per token, cumulative as SGLang's."""
+        count = self.completion_tokens
+        tokens = self.tokens
+        chosen = self._logprob_entries("output_token_logprobs", count, asked, lambda position: None)
+        meta = (
+            f',"input_token_logprobs":[],"output_token_logprobs":[{",".join(chosen)}]'
+            f',"output_token_logprobs_length":{count}'
+        )
+        if asked.top > 0:
+            top = self._logprob_entries(
+                "output_top_logprobs", count, asked, lambda position: tokens.top_logprobs(position, asked.top)
+            )
+            meta += f',"input_top_logprobs":[],"output_top_logprobs":[{",".join(top)}]'
+        if asked.token_ids is not None:
+            ids = asked.token_ids
+            listed = self._logprob_entries(
+                "output_token_ids_logprobs",
+                count,
+                asked,
+                lambda position: [(tokens.logprob_of(position, token_id), token_id) for token_id in ids],
+            )
+            meta += f',"input_token_ids_logprobs":[],"output_token_ids_logprobs":[{",".join(listed)}]'
+        return meta
+
+    def _logprob_entries(
+        self,
+        key: str,
+        count: int,
+        asked: LogprobRequest,
+        row: Callable[[int], list[tuple[float, int]] | None],
+    ) -> list[str]:
+        """The JSON entries of one ``meta_info`` list up to ``count`` tokens, each worked out once:
+        ``[logprob, id, text]`` for the chosen token where ``row`` gives None, else a list of them."""
+        entries = self._logprob_json.setdefault(key, [])
+        tokens = self.tokens
+        tokens.ensure(count)
+        for position in range(len(entries), count):
+            pairs = row(position)
+            if pairs is None:
+                pairs_json = self._entry(asked, tokens.logprob(position), tokens.ids[position])
+            else:
+                pairs_json = "[" + ",".join(self._entry(asked, value, token) for value, token in pairs) + "]"
+            entries.append(pairs_json)
+        return entries[:count]
+
+    def _entry(self, asked: LogprobRequest, value: float, token_id: int) -> str:
+        text = json.dumps(self.tokens.token_text(token_id)) if asked.text else "null"
+        return f"[{value!r},{token_id},{text}]"
+
+    def spec_meta(self) -> dict[str, Any] | None:
+        """``_calculate_spec_decoding_metrics``: a finished request's verify steps, draft tokens proposed
+        and accepted, and its accept rate and length; None without speculative decoding or before a verify
+        step (a one-token response)."""
+        draft_tokens = self.info.spec_num_draft_tokens
+        request = self.scheduled
+        if draft_tokens is None or request is None or request.spec_verify_ct <= 0:
+            return None
+        meta: dict[str, Any] = {}
+        proposed = request.spec_verify_ct * (draft_tokens - 1)
+        if proposed > 0:
+            meta["spec_accept_rate"] = request.spec_correct_drafts / proposed
+            meta["spec_accept_length"] = self.completion_tokens / request.spec_verify_ct
+            meta["spec_num_correct_drafts"] = request.spec_correct_drafts
+            meta["spec_num_proposed_drafts"] = proposed
+            meta["spec_verify_ct"] = request.spec_verify_ct
+        if request.spec_histogram:
+            meta["spec_correct_drafts_histogram"] = list(request.spec_histogram)
+        return meta
+
+    def sglext(self) -> dict[str, Any] | None:
+        """The OpenAI routes' response-level ``sglext`` (``SglExt`` with its None fields dropped):
+        ``spec_tokens_details`` as ``SpecTokensDetails`` dumps it, with ``return_spec_tokens_details``."""
+        meta = self.spec_meta() if self.request.spec_details else None
+        if not meta:
+            return None
+        details = {
+            "spec_accept_rate": meta.get("spec_accept_rate") or 0.0,
+            "spec_accept_length": meta.get("spec_accept_length") or 0.0,
+            "spec_cap_length": 0.0,
+            "spec_block_accept_length": 0.0,
+            "spec_num_correct_drafts": meta.get("spec_num_correct_drafts") or 0,
+            "spec_num_proposed_drafts": meta.get("spec_num_proposed_drafts") or 0,
+            "spec_verify_ct": meta.get("spec_verify_ct") or 0,
+            "spec_correct_drafts_histogram": meta.get("spec_correct_drafts_histogram") or [],
+            "spec_cap_lens_histogram": [],
+        }
+        return {"spec_tokens_details": details}
+
+    def sglext_chunk(self, object_name: str) -> list[bytes]:
+        """The stream's ``sglext`` chunk, after the last content (chat: finish) chunk and before the usage
+        chunk, when there is one: ``choices: []``, ``usage: null``."""
+        sglext = self.sglext()
+        if sglext is None:
+            return []
+        chunk = {
+            "id": self.request.rid,
+            "object": object_name,
+            "created": self.created,
+            "model": self.request.model,
+            "choices": [],
+            "usage": None,
+            "sglext": sglext,
+        }
+        return [b"data: " + compact_json(chunk) + b"\n\n"]
 
     def _epoch_s(self, perf_counter_ns: int) -> float:
         """A ``perf_counter_ns`` reading as epoch seconds, as SGLang's ``convert_time_to_realtime``."""
@@ -549,9 +690,121 @@ class GenerateWriter(ResponseWriter):
             stats += f',"decode_throughput":{(self.completion_tokens - 1) * 1e9 / decode_ns}'
         return stats
 
+    # --- the OpenAI routes ----------------------------------------------------------------------------
+
+    def usage(self, with_nulls: bool, *, reports_cache: bool = True) -> dict[str, Any]:
+        """``UsageProcessor.calculate_token_usage`` as pydantic dumps it, with or without its nulls. With
+        ``--enable-cache-report`` it reports the cached prompt tokens, where SGLang's does
+        (``reports_cache``): everywhere but a completions stream's continuous usage."""
+        prompt = self.request.prompt_tokens
+        report = reports_cache and self.info.enable_cache_report
+        usage: dict[str, Any] = {
+            "prompt_tokens": prompt,
+            "total_tokens": prompt + self.completion_tokens,
+            "completion_tokens": self.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens} if report else None,
+            "reasoning_tokens": 0,
+            "completion_tokens_details": None,
+        }
+        return usage if with_nulls else {key: value for key, value in usage.items() if value is not None}
+
+    def usage_chunk(self, object_name: str, with_nulls: bool) -> bytes:
+        """The final usage-only chunk, ``choices: []``, sent with ``include_usage``."""
+        final = {
+            "id": self.request.rid,
+            "object": object_name,
+            "created": self.created,
+            "model": self.request.model,
+            "choices": [],
+            "usage": self.usage(with_nulls),
+        }
+        return b"data: " + compact_json(final) + b"\n\n"
+
+    def openai_response(
+        self,
+        object_name: str,
+        choice: dict[str, Any],
+        logprobs: dict[str, Any] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """``CompletionResponse`` / ``ChatCompletionResponse`` around the one ``choice``; ``extra``: the
+        choice's optional fields after ``matched_stop``, ``sglext`` at the end where there is one."""
+        response = {
+            "id": self.request.rid,
+            "object": object_name,
+            "created": self.created,
+            "model": self.request.model,
+            "choices": [
+                {
+                    "index": 0,
+                    **choice,
+                    "logprobs": logprobs,
+                    "finish_reason": self.finish_reason["type"],
+                    "matched_stop": self.matched_stop,
+                    **(extra or {}),
+                }
+            ],
+            "usage": self.usage(with_nulls=True),
+            "metadata": {"weight_version": self.info.weight_version, "weight_versions": self.weight_versions},
+        }
+        sglext = self.sglext()
+        if sglext is not None:
+            response["sglext"] = sglext
+        return response
+
+    def completion_logprobs(self, start: int, count: int) -> dict[str, Any]:
+        """``to_openai_style_logprobs``: the legacy ``LogProbs`` of ``count`` tokens from ``start``, with
+        no text offsets (-1, as SGLang's) and ``top_logprobs`` as {token text: logprob} per token."""
+        tokens = self.tokens
+        tokens.ensure(start + count)
+        positions = range(start, start + count)
+        top = self.request.logprobs.top if self.request.logprobs is not None else 0
+        return {
+            "text_offset": [-1] * count,
+            "token_logprobs": [tokens.logprob(position) for position in positions],
+            "tokens": [tokens.texts[position] for position in positions],
+            "top_logprobs": [
+                {tokens.token_text(token): value for value, token in tokens.top_logprobs(position, top)}
+                for position in positions
+            ]
+            if top > 0
+            else [],
+        }
+
+    def chat_logprobs(self, start: int, count: int) -> dict[str, Any]:
+        """``ChoiceLogprobs``: per token its text, the text's UTF-8 bytes, its logprob and its top ones."""
+        tokens = self.tokens
+        tokens.ensure(start + count)
+        top = self.request.logprobs.top if self.request.logprobs is not None else 0
+        content = []
+        for position in range(start, start + count):
+            alternatives = []
+            for value, token in tokens.top_logprobs(position, top) if top > 0 else []:
+                text = tokens.token_text(token)
+                alternatives.append({"token": text, "bytes": list(text.encode()), "logprob": value})
+            text = tokens.texts[position]
+            content.append(
+                {
+                    "token": text,
+                    "bytes": list(text.encode()),
+                    "logprob": tokens.logprob(position),
+                    "top_logprobs": alternatives,
+                }
+            )
+        return {"content": content}
+
+
+class GenerateWriter(ResponseWriter):
+    """``/generate``: cumulative ``text`` and ``output_ids`` in every event (kept as growing strings)."""
+
+    headers_before_first_token = True
+    streamed_text = ""
+    streamed_ids = ""
+
     def stream_events(self, start: int, tokens: int, finished: bool) -> list[bytes]:
         if tokens:
-            new_ids = ",".join(TOKEN_IDS[index] for index in self.vocabulary_indices(start, tokens))
+            self.tokens.ensure(start + tokens)
+            new_ids = ",".join(self.tokens.id_texts[start : start + tokens])
             self.streamed_ids = f"{self.streamed_ids},{new_ids}" if self.streamed_ids else new_ids
             self.streamed_text += self.text_of(start, tokens)
         return [
@@ -560,11 +813,11 @@ class GenerateWriter(ResponseWriter):
         ]
 
     def full_response(self) -> dict[str, Any]:
+        count = self.completion_tokens
+        self.tokens.ensure(count)
         return {
-            "text": self.text_of(0, self.completion_tokens),
-            "output_ids": [
-                FIRST_TOKEN_ID + index for index in self.vocabulary_indices(0, self.completion_tokens)
-            ],
+            "text": self.text_of(0, count),
+            "output_ids": self.tokens.ids[:count],
             "meta_info": json.loads(self.meta_info(finished=True)),
         }
 
@@ -586,28 +839,42 @@ class CompletionWriter(ResponseWriter):
             if self.request.continuous_usage
             else "null"
         )
+        # SGLang attaches log-probabilities to a chunk only when it brings new tokens.
+        logprobs = (
+            compact_json(self.completion_logprobs(start, tokens)).decode()
+            if self.request.logprobs is not None and tokens
+            else "null"
+        )
         events = [
             f'data: {{"id":{self.rid_json},"object":"text_completion","created":{self.created},'
             f'"model":{self.model_json},"choices":[{{"index":0,"text":"{self.text_of(start, tokens)}",'
-            f'"logprobs":null,"finish_reason":{finish},"matched_stop":{matched}}}],"usage":{usage}}}\n\n'.encode()
+            f'"logprobs":{logprobs},"finish_reason":{finish},"matched_stop":{matched}}}],"usage":{usage}}}\n\n'.encode()
         ]
-        if finished and self.request.include_usage:
-            # SGLang writes this one with exclude_none=True: the usage keeps only its non-null fields.
-            events.append(self.usage_chunk("text_completion", with_nulls=False))
+        if finished:
+            events += self.sglext_chunk("text_completion")
+            if self.request.include_usage:
+                # SGLang writes this one with exclude_none=True: the usage keeps only its non-null fields.
+                events.append(self.usage_chunk("text_completion", with_nulls=False))
         return events
 
     def full_response(self) -> dict[str, Any]:
-        return self.openai_response("text_completion", {"text": self.text_of(0, self.completion_tokens)})
+        count = self.completion_tokens
+        logprobs = self.completion_logprobs(0, count) if self.request.logprobs is not None else None
+        # CompletionResponseChoice's token_ids, after matched_stop.
+        extra = {"token_ids": self.tokens.ids[:count]} if self.request.token_ids else None
+        return self.openai_response("text_completion", {"text": self.text_of(0, count)}, logprobs, extra)
 
 
 class ChatWriter(ResponseWriter):
     """``/v1/chat/completions``: a role chunk, content deltas, a finish chunk, then the usage chunk."""
 
-    def _chunk(self, delta: str, tail: str = "", finish: str = "null", matched: str = "null") -> bytes:
+    def _chunk(
+        self, delta: str, tail: str = "", finish: str = "null", matched: str = "null", logprobs: str = "null"
+    ) -> bytes:
         return (
             f'data: {{"id":{self.rid_json},"object":"chat.completion.chunk","created":{self.created},'
             f'"model":{self.model_json},"choices":[{{"index":0,"delta":{{"reasoning_content":null{delta}}},'
-            f'"logprobs":null,"finish_reason":{finish},"matched_stop":{matched}}}]{tail}}}\n\n'
+            f'"logprobs":{logprobs},"finish_reason":{finish},"matched_stop":{matched}}}]{tail}}}\n\n'
         ).encode()
 
     def stream_events(self, start: int, tokens: int, finished: bool) -> list[bytes]:
@@ -618,21 +885,36 @@ class ChatWriter(ResponseWriter):
             else ""
         )
         if tokens:  # SGLang sends no content chunk for an empty delta
-            events.append(self._chunk(f',"content":"{self.text_of(start, tokens)}"', usage))
+            logprobs = (
+                compact_json(self.chat_logprobs(start, tokens)).decode()
+                if self.request.logprobs is not None
+                else "null"
+            )
+            events.append(
+                self._chunk(f',"content":"{self.text_of(start, tokens)}"', usage, logprobs=logprobs)
+            )
         if finished:
             finish = f'"{self.finish_reason["type"]}"'
             events.append(self._chunk("", finish=finish, matched=json.dumps(self.matched_stop)))
+            events += self.sglext_chunk("chat.completion.chunk")
             if self.request.include_usage:
                 events.append(self.usage_chunk("chat.completion.chunk", with_nulls=True))
         return events
 
     def full_response(self) -> dict[str, Any]:
+        count = self.completion_tokens
         message = {
             "role": "assistant",
-            "content": self.text_of(0, self.completion_tokens),
+            "content": self.text_of(0, count),
             "reasoning_content": None,
         }
-        return self.openai_response("chat.completion", {"message": message})
+        logprobs = self.chat_logprobs(0, count) if self.request.logprobs is not None else None
+        # ChatCompletionResponseChoice's meta_info: the tokenizer's meta_info as /generate returns it.
+        extra = {
+            **({"response_token_ids": self.tokens.ids[:count]} if self.request.token_ids else {}),
+            **({"meta_info": json.loads(self.meta_info(finished=True))} if self.request.meta_info else {}),
+        }
+        return self.openai_response("chat.completion", {"message": message}, logprobs, extra or None)
 
 
 WRITERS: dict[str, type[ResponseWriter]] = {

@@ -47,6 +47,7 @@ from fairbench.sim.nodes import (
     NodeSettings,
     split_address,
 )
+from fairbench.sim.outputs import NUMERICS_FLAGS, NumericsFamily, numerics_family
 
 # The ServerArgs fields the simulator acts on; every other flag is accepted, kept, reported in
 # /server_info, and listed there as not modelled when it is set to something other than its default.
@@ -85,6 +86,7 @@ MODELLED_FIELDS = frozenset(
         "cuda_graph_max_bs_decode",
         "cuda_graph_bs_decode",
         "cuda_graph_config",
+        *NUMERICS_FLAGS,
     }
 )
 
@@ -283,7 +285,8 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME=VALUE[,...]",
-        help="crash-after=N, hang-after=N, http-500-rate=P, malformed-every=N, slow-start=S (repeatable)",
+        help="crash-after=N, hang-after=N, http-500-rate=P, malformed-every=N, slow-start=S, "
+        "diverge-after=K (repeatable)",
     )
     group.add_argument(
         "--sim-noise",
@@ -414,6 +417,8 @@ class SimConfig:
     predict: tuple[int, int] | None
     effective_args: dict[str, Any]
     """Every ServerArgs field with its effective value, in SGLang's field order (``/server_info``)."""
+    numerics: NumericsFamily
+    """The flags that change what the model computes (``outputs.NUMERICS_FLAGS``): the server's outputs."""
     not_modelled: list[str]
     """Flags set to a non-default value that the simulator accepts but does not act on."""
     launch_command: str
@@ -493,6 +498,7 @@ def _speculation(args: argparse.Namespace, profile: Profile) -> Speculation | No
         num_steps=num_steps,
         num_draft_tokens=num_draft_tokens,
         accept_length=min(mean_accept_length(profile.acceptance_rate, num_steps), float(num_draft_tokens)),
+        acceptance_rate=profile.acceptance_rate,
     )
 
 
@@ -670,6 +676,7 @@ def resolve(args: argparse.Namespace) -> SimConfig:
         trace_path=args.sim_trace,
         predict=args.sim_predict,
         effective_args=effective,
+        numerics=numerics_family(effective, checkpoint.torch_dtype),
         not_modelled=not_modelled,
         launch_command=launch_command,
     )

@@ -38,6 +38,8 @@ class Checkpoint:
     architectures: list[str] | None = None
     context_length: int | None = None
     eos_token_id: int | None = None
+    torch_dtype: str | None = None
+    """The weights' dtype (``torch_dtype``, or ``dtype`` in newer configs): what ``--dtype auto`` loads."""
 
 
 def _lookup(config: dict[str, Any], key: str) -> tuple[str, Any]:
@@ -102,9 +104,11 @@ def read_checkpoint(model_path: str) -> Checkpoint:
     if isinstance(eos, list):
         eos = eos[0] if eos else None
     architectures = config.get("architectures")
+    dtype = text_config.get("torch_dtype") or config.get("torch_dtype") or config.get("dtype")
     return Checkpoint(
         model_type=config.get("model_type") if isinstance(config.get("model_type"), str) else None,
         architectures=[str(name) for name in architectures] if isinstance(architectures, list) else None,
         context_length=context_length(text_config, f"{path}: {section}"),
         eos_token_id=eos if isinstance(eos, int) and not isinstance(eos, bool) else None,
+        torch_dtype=dtype if isinstance(dtype, str) else None,
     )

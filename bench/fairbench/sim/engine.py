@@ -9,10 +9,13 @@ The scheduler works in *rounds*, each one forward pass or a few back-to-back dec
   ``--enable-mixed-chunk``: running requests wait while newcomers are prefilled. Only the prompt tokens
   the prefix cache does not hold are computed (and count against ``chunked_prefill_size``).
 * A **decode round** runs ``num_continuous_decode_steps`` steps over the running batch as it stood at
-  the round's start; each step costs ``t(b)`` and gives every unfinished request one token (the mean
-  accepted length under speculative decoding, carried as a fraction so the average is exact).
-  Requests join and leave only between rounds; one that reaches its length mid-round still occupies
-  its batch slot until the round ends.
+  the round's start; each step costs ``t(b)`` and gives every unfinished request one token. Under
+  speculative decoding each step is a verify step that gives the request its own mean accepted length
+  (``SimRequest.accept_length``, from its prompt), carried as a fraction so the average is exact; the
+  request counts its verify steps and accepted drafts as SGLang's ``Req`` does (``spec_verify_ct``,
+  ``spec_num_correct_drafts``, the histogram of drafts accepted per step). Requests join and leave only
+  between rounds; one that reaches its length mid-round still occupies its batch slot until the round
+  ends.
 
 At the end of a round tokens are handed to each request's sink following SGLang's streaming rule
 (``OutputStreamer.accept``): always when the request finished, else every round when
@@ -81,7 +84,16 @@ class SimRequest:
     """Seconds from its submission to the start of its prefill (SGLang's ``queue_time``)."""
     generated: int = 0
     sent: int = 0
+    accept_length: float = 0.0
+    """Mean tokens a verify step yields it under speculative decoding; 0: the model's mean."""
     spec_credit: float = 0.0
+    spec_verify_ct: int = 0
+    """Verify steps it took part in (SGLang's ``Req.spec_verify_ct``; the prefill's token is none)."""
+    spec_correct_drafts: int = 0
+    """Draft tokens its verify steps accepted, the bonus token of each not counted, nor tokens past its
+    length cut off (SGLang's ``spec_num_correct_drafts``)."""
+    spec_histogram: list[int] = field(default_factory=list)
+    """Its verify steps by drafts accepted: entry i counts the steps that accepted i."""
     aborted: bool = False
 
 
@@ -125,6 +137,11 @@ class Scheduler:
         self.requests_finished = 0
         self.cache_hit_rate = 0.0
         """SGLang's ``cache_hit_rate`` gauge: the last prefill round's (``Round.cache_hit_rate``)."""
+        self.round_accepted = 0
+        """The last decode round's tokens as SGLang's spec metrics count them: every verify step's
+        accepted run whole, past a request's length too (``num_correct_drafts + bs``)."""
+        self.round_request_steps = 0
+        """The last decode round's steps summed over its requests (verify steps under speculation)."""
 
     def submit(self, request: SimRequest) -> None:
         self.waiting.append(request)
@@ -177,10 +194,12 @@ class Scheduler:
         The simulator's hot loop, one pass per running request per round: hence one function, locals.
         """
         prefill = bool(finished_round.admitted)
-        per_round = finished_round.steps * self.model.tokens_per_step
-        whole_tokens = int(per_round) if per_round.is_integer() else 0
+        steps = finished_round.steps
+        speculative = self.model.speculation is not None and not prefill
+        whole_tokens = 0 if speculative else steps
         interval = self.limits.stream_interval
         generated = counted_prompt = counted_generated = 0
+        accepted = request_steps = 0
         still_running = []
         for request in finished_round.admitted or finished_round.batch:
             if request.aborted:
@@ -189,10 +208,12 @@ class Scheduler:
                 gained = 1
             elif whole_tokens:
                 gained = whole_tokens
-            else:  # speculative decoding: carry the fraction of a token so the mean comes out exact
-                credit = request.spec_credit + per_round
-                gained = int(credit)
-                request.spec_credit = credit - gained
+                accepted += gained
+                request_steps += steps
+            else:
+                gained, used = self._verify(request, steps)
+                accepted += gained
+                request_steps += used
             room = request.output_limit - request.generated
             finished = gained >= room
             if finished:
@@ -221,7 +242,34 @@ class Scheduler:
             self.running = still_running
         self.prompt_tokens_total += counted_prompt
         self.generation_tokens_total += counted_generated
+        if not prefill:
+            self.round_accepted = accepted
+            self.round_request_steps = request_steps
         return generated
+
+    def _verify(self, request: SimRequest, steps: int) -> tuple[int, int]:
+        """Up to ``steps`` verify steps of ``request``, until it has its length: (tokens accepted, steps
+        taken). Each accepts the integer part of the carried credit plus its mean, so the mean comes out
+        exact and a step never accepts more than the draft tokens verified."""
+        accept = request.accept_length or self.model.tokens_per_step
+        room = request.output_limit - request.generated
+        credit = request.spec_credit
+        histogram = request.spec_histogram
+        gained = used = 0
+        while used < steps and gained < room:
+            credit += accept
+            step_tokens = int(credit)
+            credit -= step_tokens
+            used += 1
+            gained += step_tokens
+            drafts = step_tokens - 1
+            request.spec_correct_drafts += drafts
+            if len(histogram) <= drafts:
+                histogram.extend([0] * (drafts + 1 - len(histogram)))
+            histogram[drafts] += 1
+        request.spec_credit = credit
+        request.spec_verify_ct += used
+        return gained, used
 
     def _cache_prompts(self, prefilled: list[SimRequest]) -> None:
         """A finished prefill's prompts are due for the prefix cache. They are inserted when the next
@@ -326,22 +374,35 @@ class _DecodeLogWindow:
     interval_rounds: int
     rounds: int = 0
     tokens: int = 0
+    accepted: int = 0
     request_steps: int = 0
     since: float = 0.0
     tokens_per_s: float = 0.0
     accept_length: float = 0.0
+    total_accepted: int = 0
+    total_request_steps: int = 0
+    """The intervals' sums since start-up, added as each interval ends (SGLang's
+    ``spec_total_num_accept_tokens`` and ``spec_total_num_forward_ct``)."""
 
-    def record(self, now: float, tokens: int, request_steps: int) -> None:
+    def record(self, now: float, tokens: int, accepted: int, request_steps: int) -> None:
         self.rounds += 1
         self.tokens += tokens
+        self.accepted += accepted
         self.request_steps += request_steps
         if self.rounds >= self.interval_rounds:
             if now > self.since:
                 self.tokens_per_s = self.tokens / (now - self.since)
             if self.request_steps:
-                self.accept_length = self.tokens / self.request_steps
-            self.rounds = self.tokens = self.request_steps = 0
+                self.accept_length = self.accepted / self.request_steps
+            self.total_accepted += self.accepted
+            self.total_request_steps += self.request_steps
+            self.rounds = self.tokens = self.accepted = self.request_steps = 0
             self.since = now
+
+    @property
+    def average_accept_length(self) -> float | None:
+        """``avg_spec_accept_length``: over every interval ended so far; None before the first."""
+        return self.total_accepted / self.total_request_steps if self.total_request_steps else None
 
 
 @dataclass(slots=True)
@@ -369,6 +430,9 @@ class ReplicaLoad:
     spec_accept_length: float
     """The mean tokens per request and decode step of its last decode log interval; 0 without
     speculative decoding, as SGLang reports it."""
+    avg_spec_accept_length: float | None = None
+    """The same over every decode log interval ended since start-up; None without speculative decoding
+    or before the first interval ends (SGLang then leaves ``avg_spec_accept_length`` out)."""
 
 
 @dataclass(slots=True)
@@ -508,6 +572,9 @@ class Engine:
             gen_throughput=replica.decode_log.tokens_per_s,
             cache_hit_rate=scheduler.cache_hit_rate,
             spec_accept_length=replica.decode_log.accept_length if scheduler.model.speculation else 0.0,
+            avg_spec_accept_length=(
+                replica.decode_log.average_accept_length if scheduler.model.speculation else None
+            ),
         )
 
     def _begin_busy_period(self, idle_since: float) -> None:
@@ -542,8 +609,10 @@ class Engine:
         self.lag.record(max(0.0, self.clock.time() - replica.scheduled_end))
         tokens = replica.scheduler.finish_round(finished_round)
         if finished_round.batch:
-            request_steps = len(finished_round.batch) * finished_round.steps
-            replica.decode_log.record(replica.scheduled_end, tokens, request_steps)
+            scheduler = replica.scheduler
+            replica.decode_log.record(
+                replica.scheduled_end, tokens, scheduler.round_accepted, scheduler.round_request_steps
+            )
         if tokens and self._output_waiters:
             waiters, self._output_waiters = self._output_waiters, []
             for waiter in waiters:

@@ -12,6 +12,10 @@ malformed-every=N  every N-th streamed event, counted over all streams, is cut o
                    JSON (its tokens are lost), so a client must detect and report the broken line.
 slow-start=S       ``/health`` and ``/health_generate`` answer 503 for S seconds after start-up even though
                    the model has loaded and requests are served: a health check that lags the server.
+diverge-after=K    every response's token at output position K (0-based) and each after it differs from
+                   what the server's numerics family answers (``outputs``): a wrong token from position K
+                   on, for an equivalence check to catch. A response shorter than K + 1 tokens is
+                   unchanged; at K = 0 a sum is answered wrong.
 =================  ========================================================================================
 
 Generation requests are those to ``/generate``, ``/v1/completions`` and ``/v1/chat/completions``; the
@@ -36,6 +40,7 @@ class FaultSettings:
     http_500_rate: float = 0.0
     malformed_every: int | None = None
     slow_start_s: float = 0.0
+    diverge_after: int | None = None
 
     def describe(self) -> dict[str, float | int]:
         """The faults switched on, spelled as on the command line (for ``/server_info``)."""
@@ -45,9 +50,13 @@ class FaultSettings:
             "http-500-rate": self.http_500_rate or None,
             "malformed-every": self.malformed_every,
             "slow-start": self.slow_start_s or None,
+            "diverge-after": self.diverge_after,
         }
         return {name: value for name, value in described.items() if value is not None}
 
+
+OUTPUT_POSITION = Bound(0, bounds.TOKENS.high, "(an output position, 0-based)")
+"""``diverge-after``'s position: from the first token to the longest output a request can ask for."""
 
 FAULT_BOUNDS: dict[str, Bound | None] = {
     "crash-after": bounds.REQUESTS,
@@ -55,6 +64,7 @@ FAULT_BOUNDS: dict[str, Bound | None] = {
     "http-500-rate": bounds.SHARE,
     "slow-start": bounds.SIM_DELAY_S,
     "malformed-every": None,
+    "diverge-after": OUTPUT_POSITION,
 }
 """Each fault and the range of its value; ``malformed-every`` counts streamed events, which no bound
 covers, so it needs only to be at least 1."""
@@ -71,7 +81,7 @@ def _fault(item: str) -> tuple[str, float | int]:
     if name not in FAULT_BOUNDS:
         raise argparse.ArgumentTypeError(
             f"unknown fault {name!r}; known: crash-after=N, hang-after=N, http-500-rate=P, "
-            "malformed-every=N, slow-start=S"
+            "malformed-every=N, slow-start=S, diverge-after=K"
         )
     bound = FAULT_BOUNDS[name]
     try:
@@ -95,6 +105,7 @@ def combine_fault_specs(specs: list[dict[str, float | int]]) -> FaultSettings:
         http_500_rate=float(merged.get("http-500-rate", 0.0)),
         malformed_every=int(merged["malformed-every"]) if "malformed-every" in merged else None,
         slow_start_s=float(merged.get("slow-start", 0.0)),
+        diverge_after=int(merged["diverge-after"]) if "diverge-after" in merged else None,
     )
 
 

@@ -21,7 +21,7 @@ import math
 import re
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from statistics import mean
 
@@ -83,7 +83,13 @@ class _VirtualServer:
 
     def __init__(self, config: SimConfig, time_scale: float) -> None:
         self.clock = VirtualClock()
-        schedulers = [Scheduler(config.model, config.limits) for _ in range(config.dp_size)]
+        model = config.model
+        if model.speculation is not None:
+            # A sweep's prompts are random token ids, which repeat no 3-gram: the served server gives
+            # each such request the accept length of repetitiveness 0 (outputs.repetitiveness).
+            speculation = replace(model.speculation, accept_length=model.speculation.accept_length_for(0.0))
+            model = replace(model, speculation=speculation)
+        schedulers = [Scheduler(model, config.limits) for _ in range(config.dp_size)]
         self.engine = Engine(
             schedulers, self.clock, time_scale, decode_log_interval=config.decode_log_interval
         )

@@ -56,6 +56,7 @@ from fairbench.sim.faults import FaultAction, FaultState
 from fairbench.sim.http import HttpExchange, HttpRequest, serve
 from fairbench.sim.metrics import CONTENT_TYPE, MetricsSource, QueueTimes, RequestCounters, render
 from fairbench.sim.nodes import Rendezvous, follow
+from fairbench.sim.outputs import OutputModel, repetitiveness
 from fairbench.sim.prefix_cache import PrefixCache
 
 HEALTH_CHECK_TIMEOUT_S = float(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
@@ -122,6 +123,7 @@ class SimServer:
         )
         self.faults = FaultState(config.faults, config.seed or 0)
         eos_token_id = config.checkpoint.eos_token_id
+        speculation = config.model.speculation
         self.info = ServingInfo(
             context_length=config.context_length,
             eos_token_id=config.profile.eos_token_id if eos_token_id is None else eos_token_id,
@@ -130,7 +132,10 @@ class SimServer:
             default_include_usage=config.stream_response_default_include_usage,
             enable_metrics=config.enable_metrics,
             enable_cache_report=config.enable_cache_report,
+            spec_num_draft_tokens=speculation.num_draft_tokens if speculation is not None else None,
         )
+        self.outputs = OutputModel(config.numerics, config.faults.diverge_after)
+        """What every response says: the numerics family's tokens, the diverge-after fault's."""
         self.started_at = loop.time()
         self.loaded = False
         self.requests_received = 0
@@ -293,17 +298,23 @@ class SimServer:
             info=self.info,
             exchange=exchange,
             ends_on_eos=ends_on_eos,
-            vocabulary_offset=self.requests_received,  # responses differ from one another
+            tokens=self.outputs.response(generation.prompt, generation.query),
             hooks=StreamHooks(
                 malformed=self._malformed_hook(), finished=self._finished, record_times=self.trace is not None
             ),
         )
+        speculation = self.config.model.speculation
+        accept_length = 0.0
+        if speculation is not None:
+            # A draft model guesses a prompt that repeats itself better (outputs.repetitiveness).
+            accept_length = speculation.accept_length_for(repetitiveness(generation.prompt))
         sim_request = SimRequest(
             prompt_tokens=generation.prompt_tokens,
             output_limit=output_limit,
             sink=writer,
             prompt=generation.prompt,
             output=writer.output_tokens,
+            accept_length=accept_length,
         )
         self.active[generation.rid] = (sim_request, writer)
         exchange.on_disconnect = lambda: self._disconnected(sim_request, writer)
@@ -415,6 +426,12 @@ class SimServer:
                 },
                 "decode_cuda_graph_bs": [],
                 "decode_cuda_graph_memory_gb": 0.0,
+                # SGLang's scheduler adds it under speculative decoding once a decode log interval ended.
+                **(
+                    {"avg_spec_accept_length": load.avg_spec_accept_length}
+                    if load.avg_spec_accept_length is not None
+                    else {}
+                ),
             }
             for load in self.engine.replica_loads()
         ]
@@ -466,6 +483,7 @@ class SimServer:
             "noise_pct": config.noise_pct,
             "load_seconds": config.load_seconds,
             "faults": config.faults.describe(),
+            "numerics_family": config.numerics.describe(),
             "nodes": {
                 "nnodes": config.nodes.nnodes,
                 "node_rank": config.nodes.node_rank,
