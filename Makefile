@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test lint perf clean lab-up lab-down lab-test lab-sglang-test sglang-wheelhouse demo demo-sglang
+.PHONY: venv test lint perf clean lab-up lab-down lab-test lab-sglang-test sglang-wheelhouse demo demo-sglang lm-eval
 
 venv: $(STAMP)
 
@@ -15,10 +15,23 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# lm-eval in a venv of its own (it brings pandas, scipy and datasets; fairbench runs it as a process), at
+# the version fairbench.answers.lm_eval_run pins: the accuracy tests run it against the simulator.
+LM_EVAL_VENV := build/lm-eval-venv
+LM_EVAL_STAMP := $(LM_EVAL_VENV)/.installed
+lm-eval: $(LM_EVAL_STAMP)
+
+$(LM_EVAL_STAMP): $(STAMP) bench/fairbench/answers/lm_eval_run.py
+	$(PYTHON) -m venv $(LM_EVAL_VENV)
+	$(LM_EVAL_VENV)/bin/pip install --quiet --no-cache-dir \
+		"$$($(BIN)/python -c 'from fairbench.answers.lm_eval_run import LM_EVAL_REQUIREMENT as r; print(r)')"
+	touch $(LM_EVAL_STAMP)
+
 # Independent tests over every core (real SGLang's in one worker, so that one server start serves them),
 # then the timing-sensitive ones (marker timing) alone, where no other test's load skews them.
-test: $(STAMP)
-	$(BIN)/pytest --durations=25 -n auto --dist loadgroup -m "not timing"
+test: $(STAMP) $(LM_EVAL_STAMP)
+	FAIRBENCH_LM_EVAL_PYTHON=$(abspath $(LM_EVAL_VENV))/bin/python \
+		$(BIN)/pytest --durations=25 -n auto --dist loadgroup -m "not timing"
 	$(BIN)/pytest --durations=25 -m timing
 
 lint: $(STAMP)

@@ -56,6 +56,12 @@ options:
       mem_mhz:
         description: The memory clock the GPUs were locked at (C(nvidia-smi -lmc)), MHz; null for none.
         type: int
+  answers:
+    description:
+      - What the server answers before its sweep, as campaign.json's C(answers) holds it (its probes, and an
+        accuracy task); written to C(out)/answers/start-r<first repeat>.json. A failure there is noted in
+        the result's C(answers) and never fails the job. Omitted or null, nothing is asked.
+    type: dict
   clean:
     description: What a clean host is; fairbench.hosts.clean_state.check's settings.
     type: dict
@@ -120,6 +126,9 @@ sweep:
 stopped_units:
   description: fairbench server units found running before the start, and stopped.
   type: list
+answers:
+  description: What the server answered before its sweep, in one line; null where nothing was asked.
+  type: str
 """
 
 from pathlib import Path
@@ -130,6 +139,7 @@ from ansible_collections.fairbench.fairbench.plugins.module_utils.fairbench_swee
 )
 
 with FairbenchImport.on_gpu_host() as FAIRBENCH_IMPORT:
+    from fairbench.answers.plan import plan_from_json
     from fairbench.campaign.findings import CampaignError
     from fairbench.campaign.model import SINGLE_WORKLOAD
     from fairbench.hosts.ansible_support import spec_from_arguments
@@ -160,6 +170,7 @@ def main() -> None:
             "journal_lines": {"type": "int", "default": 2000},
             "clean": {"type": "dict", "required": True, "options": CLEAN_OPTIONS},
             "gpu_clock_lock": {"type": "dict", "options": CLOCK_LOCK_OPTIONS},
+            "answers": {"type": "dict"},
         },
         mutually_exclusive=[("workload", "workloads")],
         required_one_of=[("workload", "workloads")],
@@ -191,6 +202,7 @@ def main() -> None:
         journal_lines=params["journal_lines"],
         remeasure_failed=params["remeasure_failed"],
         clock_lock=lock if any(mhz is not None for mhz in lock.values()) else None,
+        answers=plan_from_json(params["answers"]),
     )
     try:
         if module.check_mode:

@@ -71,6 +71,21 @@ def test_the_demo_verdict_names_tp8_ep4_and_eplb_in_the_order_its_profile_implie
         for row in table(section(by_turn, f"### {config}")).values():
             cached = [float(cell.replace(",", "")) for cell in row["cached tokens, by turn"].split(" / ")]
             assert len(cached) == 3 and 4000 <= cached[0] < cached[1] < cached[2], (config, row)
+    # Before its sweep each server answered the probes and the arithmetic task. The FP8 KV cache's answers
+    # part from tp8's: the gate ranks it in no regime and says why on the first screen; the others, whose
+    # numerics are tp8's, answer every probe as it does and score as it does.
+    random_report = (run_dir / "report.random.md").read_text()
+    answers = section(random_report, "## Answers")
+    probes = {line.split("|")[1].strip(): line for line in answers.splitlines() if " of 16 |" in line}
+    for config in ("tp8-nccl", "ep4", "ep8", "ep8-eplb"):
+        assert "| 16 of 16 |" in probes[config] and "passes" in probes[config], answers
+    assert "**fails**" in probes["ep4-fp8kv"], answers
+    scores = {
+        line.split("|")[1].strip(): line.split("|")[2] for line in answers.splitlines() if " of 40 (" in line
+    }
+    assert len(scores) == 6 and len({score for config, score in scores.items() if config != "ep4-fp8kv"}) == 1
+    assert "**ep4-fp8kv** is ranked nowhere: " in section(random_report, "## Verdict")
+    assert all("ep4-fp8kv" not in order for order in _orders(random).values())
 
 
 REGIMES = ("Lowest load", "Peak throughput", "Highest load under the SLO")

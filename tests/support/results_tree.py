@@ -40,6 +40,7 @@ from typing import Any
 
 import yaml
 
+from fairbench.answers.check import answers_path, write_answers
 from fairbench.campaign.fleet_facts import REASONS
 from fairbench.campaign.load import parse_campaign
 from fairbench.campaign.model import Campaign, ServingConfig
@@ -175,6 +176,7 @@ def run_config(
             info = json.loads(body) if code == 200 else {}
             (config_dir / "server_info.json").write_text(json.dumps(info, indent=2) + "\n")
             (config_dir / "host.json").write_text(json.dumps(host_facts(), indent=2) + "\n")
+            _answers(campaign, url, config_dir, repeat=0)
             identity = RunIdentity(campaign.name, config_dir.parent.parent.name, host, config.name)
             # Every repeat, automatic ones added by the sweep itself, as one server's sweep measures them.
             failure, _, _ = _sweep(campaign, url, config_dir, identity, repeats=None, extend_repeats=True)
@@ -191,10 +193,17 @@ def run_config(
     )
 
 
-FLEET_KEYS = ("placement", "accept_host_differences")
+def _answers(campaign: Campaign, url: str, config_dir: Path, *, repeat: int) -> None:
+    """What the server answers before its sweep, as the job does (fairbench.hosts.config_run)."""
+    if campaign.answers is not None and (campaign.answers.probes or campaign.answers.accuracy):
+        write_answers(campaign.answers, url, campaign.model, answers_path(config_dir, repeat))
+
+
+FLEET_KEYS = ("placement", "accept_host_differences", "answers")
 CONFIG_FLEET_KEYS = ("nodes", "gpus_per_node", "hosts")
 STATUS_FLEET_KEYS = ("hosts", "jobs")
-"""The keys campaign.json and status.json gained when campaigns began to run over fleets."""
+"""The keys campaign.json and status.json gained when campaigns began to run over fleets (and answers,
+which came after)."""
 
 
 def campaign_json(campaign: Campaign, *, fleet_keys: bool = True) -> dict[str, Any]:
@@ -384,6 +393,7 @@ def run_job(
             (config_dir / "server_info.json").write_text(json.dumps(info, indent=2) + "\n")
             for server in servers:
                 (server.directory / "host.json").write_text(json.dumps(host_facts(), indent=2) + "\n")
+            _answers(campaign, url, config_dir, repeat=min(job.repeats))
             failure, times, points = _sweep_job(campaign, job, host=hosts[0], url=url, config_dir=config_dir)
     finally:
         for process in processes:

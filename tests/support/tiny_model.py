@@ -2,8 +2,11 @@
 
     python tests/support/tiny_model.py DIR   # writes DIR/config.json, tokenizer.json, tokenizer_config.json
 
-No weights: the server starts it with ``--load-format dummy`` (random weights), so what it generates is noise,
-but every token passes through SGLang's real tokenizer, scheduler, radix cache and HTTP layers. The tokenizer
+Its weights (``model.safetensors``) are random, drawn from a fixed seed: what it generates is noise, but
+the same noise for the same prompt under the same numerics, and every token passes through SGLang's real
+tokenizer, scheduler, radix cache and HTTP layers. The embeddings are drawn wide enough that a greedy
+answer is not a string of ties (SGLang's own ``--load-format dummy`` weights give every token the same
+probability, so every answer is token 0 and no change of numerics could show). The tokenizer
 is a byte-level BPE trained right here, in plain Python, on a fixed built-in text: no download, no
 ``tokenizers`` package, and a vocabulary of ``VOCAB_SIZE`` ids, far below what a real model has, so a client
 that draws token ids from a fixed range (say up to 30000, below most real vocabularies) sends ids this model
@@ -14,8 +17,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
+import random
 import re
 import sys
+from array import array
 from collections import Counter
 from pathlib import Path
 
@@ -178,6 +184,73 @@ def tokenizer_config() -> dict[str, object]:
     }
 
 
+WEIGHTS_SEED = 20261206
+# Standard deviations: embeddings wide enough for distinct logits, layers at GPT-2's own initial scale so
+# every token's context still moves its next token.
+EMBEDDING_STD = 0.3
+POSITION_STD = 0.01
+LAYER_STD = 0.1
+
+
+Tensor = tuple[tuple[int, ...], array]
+"""A tensor's shape and its float32 values, row-major."""
+
+
+def weights() -> dict[str, Tensor]:
+    """GPT-2's tensors under Hugging Face's names (Conv1D weights as ``[in, out]``), float32, drawn from
+    ``WEIGHTS_SEED`` in plain Python: the model builds where only the standard library is."""
+    draw = random.Random(WEIGHTS_SEED)
+    width = int(CONFIG["n_embd"])  # type: ignore[call-overload]
+
+    def normal(std: float, *shape: int) -> Tensor:
+        return shape, array("f", (draw.gauss(0.0, std) for _ in range(math.prod(shape))))
+
+    def constant(value: float, size: int) -> Tensor:
+        return (size,), array("f", [value] * size)
+
+    tensors = {
+        "wte.weight": normal(EMBEDDING_STD, VOCAB_SIZE, width),
+        "wpe.weight": normal(POSITION_STD, int(CONFIG["n_positions"]), width),  # type: ignore[call-overload]
+        "ln_f.weight": constant(1.0, width),
+        "ln_f.bias": constant(0.0, width),
+    }
+    for layer in range(int(CONFIG["n_layer"])):  # type: ignore[call-overload]
+        prefix = f"h.{layer}."
+        tensors |= {
+            prefix + "ln_1.weight": constant(1.0, width),
+            prefix + "ln_1.bias": constant(0.0, width),
+            prefix + "attn.c_attn.weight": normal(LAYER_STD, width, 3 * width),
+            prefix + "attn.c_attn.bias": constant(0.0, 3 * width),
+            prefix + "attn.c_proj.weight": normal(LAYER_STD, width, width),
+            prefix + "attn.c_proj.bias": constant(0.0, width),
+            prefix + "ln_2.weight": constant(1.0, width),
+            prefix + "ln_2.bias": constant(0.0, width),
+            prefix + "mlp.c_fc.weight": normal(LAYER_STD, width, 4 * width),
+            prefix + "mlp.c_fc.bias": constant(0.0, 4 * width),
+            prefix + "mlp.c_proj.weight": normal(LAYER_STD, 4 * width, width),
+            prefix + "mlp.c_proj.bias": constant(0.0, width),
+        }
+    return tensors
+
+
+def safetensors_bytes(tensors: dict[str, Tensor]) -> bytes:
+    """The safetensors file of ``tensors``: an 8-byte little-endian header length, the JSON header (padded
+    to 8 bytes), then each tensor's little-endian bytes in the header's order."""
+    header: dict[str, object] = {"__metadata__": {"format": "pt"}}
+    offset, blobs = 0, []
+    for name, (shape, values) in tensors.items():
+        data = array("f", values)
+        if sys.byteorder != "little":
+            data.byteswap()
+        blob = data.tobytes()
+        header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [offset, offset + len(blob)]}
+        blobs.append(blob)
+        offset += len(blob)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return len(text).to_bytes(8, "little") + text + b"".join(blobs)
+
+
 def build(directory: Path) -> Path:
     """Writes the model directory (creating it) and returns it; files are rewritten only when they differ,
     so a build step that depends on them sees them change only when this file does."""
@@ -187,11 +260,15 @@ def build(directory: Path) -> Path:
         "tokenizer.json": tokenizer_json(),
         "tokenizer_config.json": tokenizer_config(),
     }
-    for name, content in files.items():
-        text = json.dumps(content, indent=1, ensure_ascii=False, sort_keys=True) + "\n"
+    contents = {
+        name: (json.dumps(content, indent=1, ensure_ascii=False, sort_keys=True) + "\n").encode()
+        for name, content in files.items()
+    }
+    contents["model.safetensors"] = safetensors_bytes(weights())
+    for name, data in contents.items():
         path = directory / name
-        if not path.is_file() or path.read_text(encoding="utf-8") != text:
-            path.write_text(text, encoding="utf-8")
+        if not path.is_file() or path.read_bytes() != data:
+            path.write_bytes(data)
     return directory
 
 

@@ -112,7 +112,8 @@ RULES = [
     pytest.param(
         changed(("colour", "blue")),
         "colour: unknown key; expected one of name, engine, model, configs, workload, workloads, common, "
-        "start_timeout_s, expected_start_s, placement, accept_host_differences, isolated_hosts, slo, decide",
+        "start_timeout_s, expected_start_s, placement, accept_host_differences, isolated_hosts, slo, decide, "
+        "answers, accuracy",
         id="unknown-top-key",
     ),
     pytest.param(
@@ -874,7 +875,7 @@ def test_to_json_is_plain_data_with_every_config() -> None:
     assert json.loads(json.dumps(data)) == data
     assert list(data) == [
         "name", "source", "engine", "model", "start_timeout_s", "placement", "accept_host_differences",
-        "common", "configs", "workload", "slo", "warnings",
+        "common", "configs", "workload", "answers", "slo", "warnings",
     ]  # fmt: skip
     assert list(data["configs"]) == ["tp8", "tp8-nccl", "ep4", "ep8-eplb"]
     assert data["common"]["args"]["cuda-graph-bs-decode"] == [1, 2]
@@ -962,10 +963,19 @@ def test_request_counts_per_level() -> None:
 K26_CAMPAIGNS = sorted(set(CAMPAIGNS.glob("*.yml")) - {CAMPAIGNS / "lab-sglang.yml"})
 
 
+SPECULATION_ON_RANDOM_PROMPTS = {"kimi-k2.6-pcie.yml": ("workloads.random", "workloads.agentic")}
+"""The shipped campaigns' workloads of random token ids that measure a speculative config (ep8-dflash): the
+warning that its acceptance there is not real text's (rules.warn_speculation_on_random_prompts)."""
+
+
 @pytest.mark.parametrize("path", K26_CAMPAIGNS, ids=lambda path: path.name)
-def test_shipped_campaigns_validate_without_warnings(path: Path) -> None:
+def test_shipped_campaigns_validate_without_warnings_but_speculation_on_random_prompts(path: Path) -> None:
     campaign = load_campaign(path)
-    assert campaign.warnings == ()
+    warned = SPECULATION_ON_RANDOM_PROMPTS.get(path.name, ())
+    assert [warning.split(": ")[1] for warning in campaign.warnings] == [f"{key}.dataset" for key in warned]
+    assert all(
+        "ep8-dflash (speculative-algorithm DFLASH) decodes speculatively" in w for w in campaign.warnings
+    )
     assert list(campaign.configs)[:2] == ["tp8", "tp8-nccl"]
     assert {"tp8", "tp8-nccl", "ep4", "ep8", "ep8-eplb"} <= set(campaign.configs)
 
@@ -1015,7 +1025,8 @@ def test_validate_prints_each_config_and_exits_zero(
         "--max-running-requests 256 --mem-fraction-static 0.88 --tp-size 8 --trust-remote-code"
     )
     assert lines[5].startswith("  workload: `completions`, ")
-    assert lines[6].startswith(f"warning: {path}: workload.concurrency: 512 above max-running-requests 256")
+    assert lines[6] == "  answers: 16 probes greedy through completions, at most 32 tokens each"
+    assert lines[7].startswith(f"warning: {path}: workload.concurrency: 512 above max-running-requests 256")
 
 
 def test_validate_reports_errors_on_stderr_and_exits_one(
@@ -1026,4 +1037,4 @@ def test_validate_reports_errors_on_stderr_and_exits_one(
     assert main(["validate", str(CAMPAIGNS / "demo.yml"), str(path)]) == 1
     captured = capsys.readouterr()
     assert captured.err == f"{path}: configs.ep4.args.ep-size: 3 does not divide tp-size 8\n"
-    assert "campaign demo, engine sim, 5 configs" in captured.out
+    assert "campaign demo, engine sim, 6 configs" in captured.out

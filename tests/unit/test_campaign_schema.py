@@ -304,6 +304,12 @@ RANGE_CONTEXT: dict[str, dict[str, Any]] = {
     "workload.trace_speedup.0": TRACE,
     "workload.repeats.min": edited(["workload", "repeats"], {"max": 1000}),
     "workload.repeats.max": edited(["workload", "repeats"], {"min": 2}),
+    # An accuracy task's keys, in a task that reads them: its count is problems, an lm-eval task's limit.
+    **{
+        f"accuracy.{key}": {**VALID, "accuracy": {"task": "arithmetic"}}
+        for key in ("problems", "seed", "max_tokens", "concurrency", "max_drop_pct")
+    },
+    "accuracy.limit": {**VALID, "accuracy": {"lm_eval": "gsm8k"}},
 }
 """The campaign in which a key's range is all that judges it: an open loop's keys in an open loop, a
 search with an SLO, one end of automatic repeats with the other out of its way."""

@@ -130,7 +130,8 @@ def test_validate_shows_the_placement_and_each_config_spread_over_hosts_or_pinne
     assert lines[3] == "  tp8-b200   --model-path m --tp-size 8  # hosts: b200"
     assert lines[4] == "  tp16-b200  --model-path m --tp-size 16  # nodes: 2 (8 GPUs per host), hosts: b200"
     assert lines[5] == "  workload: `completions`, 8 tokens in, 8 out, concurrency 1, 1 repeat(s)"
-    assert len(lines) == 6
+    assert lines[6] == "  answers: 16 probes greedy through completions, at most 32 tokens each"
+    assert len(lines) == 7
 
 
 def test_validate_notes_where_a_server_runs_as_a_comment_the_shell_ignores(
@@ -162,6 +163,7 @@ def test_validate_shows_each_workload_of_a_campaign_as_the_report_says_it(
         "  workload agentic: `generate`, conversations of 3 turns (16-token user turns, a 400-token "
         "system prompt shared by all), each turn sending the server's earlier replies back, first turn 416 "
         "tokens in, 8 out, concurrency 1, 1 repeat(s), each point's prefix cache primed",
+        "  answers: 16 probes greedy through completions, at most 32 tokens each",
     ]
 
 

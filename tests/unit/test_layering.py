@@ -22,7 +22,7 @@ PACKAGE_DIR = Path(fairbench.__file__).resolve().parent
 FLOORS = (
     ("fairbench",),
     ("fairbench.measure",),
-    ("fairbench.sim", "fairbench.nccl"),
+    ("fairbench.sim", "fairbench.nccl", "fairbench.answers"),
     ("fairbench.campaign",),
     ("fairbench.hosts",),
     ("fairbench.fleet",),

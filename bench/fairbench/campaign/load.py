@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fairbench.campaign.answers import check_accuracy, check_answers
 from fairbench.campaign.checks import Fields, bounded, choice, mapping, number_in, unit_name_part, unit_string
 from fairbench.campaign.decide import check_baseline, check_decide
 from fairbench.campaign.expand import expand
@@ -47,6 +48,7 @@ from fairbench.campaign.rules import (
     report_problems,
     warn_concurrency_above_capacity,
     warn_levels_without_their_concurrency,
+    warn_speculation_on_random_prompts,
     warn_unused_sim_flags,
 )
 from fairbench.campaign.source import check_source, read_text, yaml_document
@@ -54,6 +56,7 @@ from fairbench.campaign.structure import Layer, common_settings, config_layers
 from fairbench.campaign.workload import STAND_IN_WORKLOAD, check_workload, check_workloads
 from fairbench.measure.bounds import EXPECTED_START_S, START_TIMEOUT_S
 from fairbench.measure.slo import SloTarget
+from fairbench.measure.workload import APIS
 
 
 def load_campaign(path: str | Path) -> Campaign:
@@ -110,6 +113,16 @@ def _campaign(findings: Findings, document: object, base_dir: Path) -> Campaign:
     slo = top.get("slo", check_slo, no_objectives)
     decide = top.get("decide", check_decide, None)
     configs = expand(findings, name, engine, model, common=common, layers=layers)
+    accuracy = top.get("accuracy", check_accuracy, None)
+    first_api = next(iter(workloads.values())).api if workloads else APIS[0]
+    answers = check_answers(
+        findings,
+        top.get("answers", lambda _findings, _path, value: value, None),
+        base_dir=base_dir,
+        configs=configs,
+        first_api=first_api,
+        accuracy=accuracy,
+    )
     check_baseline(findings, decide, list(layers))
     report_problems(findings, configs, layers, placement)
     if engine == "sglang":
@@ -118,6 +131,7 @@ def _campaign(findings: Findings, document: object, base_dir: Path) -> Campaign:
         path = workload_path(workload_name)
         warn_concurrency_above_capacity(findings, path, workload, configs)
         warn_levels_without_their_concurrency(findings, path, workload)
+        warn_speculation_on_random_prompts(findings, path, workload, configs)
         check_search(findings, path, workload, slo)
     return Campaign(
         source=findings.source,
@@ -135,4 +149,5 @@ def _campaign(findings: Findings, document: object, base_dir: Path) -> Campaign:
         isolated_hosts=isolated,
         expected_start_s=expected_start_s,
         decide=decide,
+        answers=answers,
     )

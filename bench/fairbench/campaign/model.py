@@ -27,6 +27,8 @@ A campaign file is one YAML mapping. It says what to compare (``configs``) and h
   take jobs at the same time; default false: they take them one at a time.
 - ``decide``: how the verdict decides, ``{margin_pct}``: the smallest difference that matters
   (``fairbench.campaign.decide``); absent, none.
+- ``answers`` and ``accuracy``: what each server start answers before its sweep, probes compared across
+  configs and a task with known answers (``fairbench.campaign.answers``).
 
 The fleet keys (``placement``, ``accept_host_differences``, ``isolated_hosts``, and each config's
 ``nodes``: the hosts its server spans, default 1, and ``hosts``: the inventory group it is pinned to,
@@ -100,6 +102,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from fairbench.answers.plan import AnswersPlan
 from fairbench.measure.bounds import GPUS, Bound
 from fairbench.measure.decision import DecideRule
 from fairbench.measure.repeats import Repeats, repeats_to_json
@@ -150,6 +153,8 @@ TOP_KEYS = (
     "isolated_hosts",
     "slo",
     "decide",
+    "answers",
+    "accuracy",
 )
 WORKLOAD_TOP_KEYS = ("workload", "workloads")
 """One of them is required: the campaign's one workload, or its named workloads."""
@@ -430,6 +435,8 @@ class Campaign:
     """The verdict's margin; None: none (significant or within noise)."""
     isolated_hosts: bool = DEFAULT_ISOLATED_HOSTS
     """Whether hosts found to share a machine take jobs at the same time (fairbench.fleet.sharing)."""
+    answers: AnswersPlan | None = None
+    """What each server start answers before its sweep (``campaign.answers``); None: nothing."""
 
     def to_json(self) -> dict[str, Any]:
         """The expanded campaign as plain data: campaign.json, and the Ansible module's facts."""
@@ -450,6 +457,7 @@ class Campaign:
             **workloads_to_json(self.workloads),
             # Only where set: campaign.json stays as it was for a campaign without it, and its run resumes.
             **({"decide": self.decide.to_json()} if self.decide else {}),
+            **({"answers": self.answers.to_json()} if self.answers else {}),
             "slo": slo_to_json(self.slo),
             "warnings": list(self.warnings),
         }

@@ -8,7 +8,9 @@ share), a server over several hosts holds no data-parallel replicas and needs ``
 Warnings: CUDA graph settings that differ from ``common`` (they make a comparison unfair unless that is
 its point), ``sim`` flags of a campaign whose engine is sglang, requests in flight above a config's
 ``max-running-requests`` (the excess requests queue in the server: a closed loop's levels, an open loop's
-``max_concurrency``), and a closed loop's levels that get fewer prompts than their concurrency. A config is
+``max_concurrency``), a closed loop's levels that get fewer prompts than their concurrency, and a
+speculative config (``speculative-algorithm``) measured on random prompts, where its acceptance is not real
+text's. A config is
 blamed only for a problem its parent lacks, so a mistake in one config is not reported again for every
 config that extends it.
 """
@@ -31,6 +33,7 @@ from fairbench.campaign.model import (
 from fairbench.campaign.structure import Layer
 from fairbench.measure.bounds import GPUS, RUNNING_REQUESTS
 from fairbench.measure.slo import SloTarget
+from fairbench.measure.workload import CHAT, GENERATED
 
 _SGLANG_DEFAULTS = {"tp-size": 1, "ep-size": 1}
 
@@ -174,6 +177,49 @@ def warn_levels_without_their_concurrency(findings: Findings, path: str, workloa
             f"fewer prompts than the concurrency at level {', '.join(map(str, short))}: "
             "such a level never has that many requests in flight",
         )
+
+
+SPECULATIVE_ALGORITHM = "speculative-algorithm"
+
+
+def speculates(config: ServingConfig) -> bool:
+    """Whether the config's server decodes speculatively: its args set ``speculative-algorithm`` (SGLang
+    reads ``NONE``, in any case, as none)."""
+    algorithm = config.args.get(SPECULATIVE_ALGORITHM)
+    return isinstance(algorithm, str) and algorithm.upper() != "NONE"
+
+
+def random_prompts(workload: Workload) -> str | None:
+    """What a workload's prompts are when no one wrote them, in words: random token ids (random words on
+    the chat API), as every dataset fairbench generates sends them; None for real text, a ShareGPT-style
+    file's (as the dataset, or a multi-turn workload's user turns)."""
+    if workload.dataset not in GENERATED or (workload.multi_turn and workload.multi_turn.sharegpt):
+        return None
+    return "random words" if workload.api == CHAT else "random token ids"
+
+
+def warn_speculation_on_random_prompts(
+    findings: Findings, path: str, workload: Workload, configs: Mapping[str, ServingConfig]
+) -> None:
+    """A draft model's guesses are accepted as often as they match what the target model writes, which
+    depends on the text: on random token ids (and on what a model writes after them, held past its end by
+    ``ignore_eos``) the acceptance, and so the speed-up speculation gives, is not what real text gets."""
+    what = random_prompts(workload)
+    named = [
+        f"{config.name} ({SPECULATIVE_ALGORITHM} {config.args[SPECULATIVE_ALGORITHM]})"
+        for config in configs.values()
+        if speculates(config)
+    ]
+    if what is None or not named:
+        return
+    text_key = "multi_turn.sharegpt" if workload.multi_turn else "dataset"
+    findings.warn(
+        join_path(path, "dataset"),
+        f"{workload.dataset} sends {what}, and {', '.join(named)} "
+        f"{'decodes' if len(named) == 1 else 'decode'} speculatively: a draft's acceptance on them is not "
+        f"what real text gets, so neither is the speed-up; measure speculation on real text too "
+        f"({text_key}: a ShareGPT-style file)",
+    )
 
 
 def check_expected_start(findings: Findings, expected_s: float | None, timeout_s: int | None) -> None:

@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fairbench.answers.plan import BUILT_IN_TASK
 from fairbench.campaign.checks import UNIT_NAME_PART
 from fairbench.campaign.fleet import GROUP_NAME
 from fairbench.campaign.fleet_facts import FACTS
@@ -72,16 +73,21 @@ from fairbench.measure.bounds import (
     HALF_WIDTH_PCT,
     MARGIN_PCT,
     NODES,
+    PERCENT_POINTS,
     PREFIX_GROUPS,
+    PROBES,
     PROMPTS_PER_GROUP,
     REPEATS,
     REQUEST_RATE,
     REQUESTS,
+    SEED,
+    SHARE,
     SPEEDUP,
     START_TIMEOUT_S,
     SYSTEM_PROMPT_TOKENS,
     SYSTEM_PROMPTS,
     THINK_TIME_S,
+    TOKENS,
     TRACE_DURATION_S,
     TRACE_REQUESTS,
     TRACE_SECONDS,
@@ -276,6 +282,44 @@ def _top_level() -> dict[str, Schema]:
             "type": "object",
             "properties": {"margin_pct": _bounded(MARGIN_PCT), "baseline": {"type": "string"}},
             "required": ["margin_pct"],
+            "additionalProperties": False,
+        },
+        "answers": {
+            "description": "What each server start answers before its sweep: probes (16) of the probe set "
+            "drawn from seed (1), or of probe_file's prompts, greedily, max_tokens (32) each, through api "
+            "(the first workload's), concurrency (1) at a time; min_identical_share: the share every config "
+            "must answer as the baseline does; match: {config: other}, configs that must answer as another "
+            "exactly (a speculative config its base, by default). probes: 0 asks nothing.",
+            "type": "object",
+            "properties": {
+                "probes": _bounded(PROBES),
+                "probe_file": {"type": "string", "minLength": 1},
+                "seed": _bounded(SEED),
+                "max_tokens": _bounded(TOKENS),
+                "api": {"enum": list(APIS)},
+                "concurrency": _bounded(CONCURRENCY),
+                "min_identical_share": _bounded(SHARE),
+                "match": {"type": "object", "additionalProperties": {"type": "string"}},
+            },
+            "additionalProperties": False,
+        },
+        "accuracy": {
+            "description": "A task with known answers each server start answers before its sweep: task: "
+            "arithmetic (fairbench's own, problems of them from seed) or lm_eval: an lm-eval task's name "
+            "(limit documents); through the chat API, greedy, max_tokens (256), concurrency (8). A config "
+            "scoring below the baseline by more than max_drop_pct (2) points is not named best.",
+            "type": "object",
+            "properties": {
+                "task": {"enum": [BUILT_IN_TASK]},
+                "lm_eval": {"type": "string", "minLength": 1},
+                "problems": _bounded(REQUESTS),
+                "limit": _bounded(REQUESTS),
+                "seed": _bounded(SEED),
+                "max_tokens": _bounded(TOKENS),
+                "concurrency": _bounded(CONCURRENCY),
+                "max_drop_pct": _bounded(PERCENT_POINTS),
+            },
+            "oneOf": [{"required": ["task"]}, {"required": ["lm_eval"]}],
             "additionalProperties": False,
         },
         "slo": {

@@ -154,7 +154,7 @@ def sglang_parser_ok(venv: str, campaign: Campaign) -> bool:
 def summary_lines(campaign: Campaign) -> list[str]:
     """A header (with the placement), one line per config (its environment and argv, as a shell would run
     them, then where its server runs when that is not one host of the campaign's pool), one per workload
-    (as the report's campaign line says it), the warnings."""
+    (as the report's campaign line says it), what each server answers before its sweep, the warnings."""
     lines = [
         f"{campaign.source}: campaign {campaign.name}, engine {campaign.engine}, "
         f"{len(campaign.configs)} configs, placement {campaign.placement}"
@@ -169,6 +169,8 @@ def summary_lines(campaign: Campaign) -> list[str]:
     for name, workload in campaign.workloads.items():
         title = "workload" if name == SINGLE_WORKLOAD else f"workload {name}"
         lines.append(f"  {title}: {workload_text(workload.to_json(), decided_on)}")
+    if campaign.answers is not None:
+        lines.append(f"  answers: {campaign.answers.text()}")
     lines.extend(f"warning: {warning}" for warning in campaign.warnings)
     return lines
 

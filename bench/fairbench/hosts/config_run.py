@@ -9,7 +9,8 @@ dozens of tasks each stage would cost. Each stage is one of ``measure.status.STA
 A job sweeps each of the campaign's workloads in turn on its one server start, each into its own directory
 (``campaign.model.workload_dir``: a campaign of one workload, the results directory itself). Files written
 beside the sweeps': ``unit.service`` (the unit as started), ``server_info.json`` (its /server_info),
-``host.json`` (``ansible_support.host_facts``, with the GPU clock lock the job ran under), ``journal.log``
+``host.json`` (``ansible_support.host_facts``, with the GPU clock lock the job ran under), ``answers/``
+(what the server answered before its sweep, ``fairbench.answers.check``: never fails the job), ``journal.log``
 (the unit's journal since it was started). ``timeline`` (epoch seconds on this host) says when the unit
 was started, answered healthy, got its first request, and wrote its last point: the campaign's overhead is
 measured from it (``fleet.timeline``).
@@ -26,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fairbench.answers.check import answers_path, summary, write_answers
+from fairbench.answers.plan import AnswersPlan
 from fairbench.campaign.model import SINGLE_WORKLOAD, workload_dir
 from fairbench.hosts.ansible_support import (
     SWEEP_PROGRESS,
@@ -81,6 +84,10 @@ class JobRun:
     clock_lock: dict[str, int | None] | None = None
     """The GPU clocks the bench role locked for the job (``sm_mhz``, ``mem_mhz``), which host.json records;
     None where it locked none."""
+    answers: AnswersPlan | None = None
+    """What the server answers before its sweep (campaign.json's ``answers``); None: nothing."""
+    answers_note: str | None = None
+    """What it answered, in one line (``answers.check.summary``), or why it could not be asked."""
     stage: str = "clean"
     started: bool = False
     timeline: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(TIMELINE_KEYS))
@@ -97,6 +104,7 @@ class JobRun:
             "timeline": self.timeline,
             "sweep": self.sweep,
             "stopped_units": self.stopped_units,
+            "answers": self.answers_note,
         }
 
 
@@ -132,6 +140,7 @@ def run_job(job: JobRun) -> JobRun:
         job.timeline["healthy_at"] = time.time()
         _write_json(job.out / SERVER_INFO_FILE, server_info)
         _write_json(job.out / HOST_FILE, host_facts(job.unit, job.clock_lock))
+        _check_answers(job)
         job.stage = "sweep"
         outcomes: dict[str, SweepOutcome] = {}
         try:
@@ -151,6 +160,20 @@ def run_job(job: JobRun) -> JobRun:
     job.stage = "stop"
     _stop(job, since, failing=False)
     return job
+
+
+def _check_answers(job: JobRun) -> None:
+    """The server's answers before its sweep, into ``answers/``; whatever goes wrong is a note, never the
+    job's failure: the sweep measures what it would have."""
+    if job.answers is None or (not job.answers.probes and job.answers.accuracy is None):
+        return
+    spec = next(iter(job.specs.values()))
+    repeat = min(spec.only_repeats or [0])
+    try:
+        found = write_answers(job.answers, job.url, spec.model, answers_path(job.out, repeat))
+        job.answers_note = summary(found)
+    except Exception as exc:
+        job.answers_note = f"answers not checked: {type(exc).__name__}: {exc}"
 
 
 def plan(job: JobRun) -> dict[str, SweepOutcome]:

@@ -111,6 +111,10 @@ SYSTEM_PROMPT_TOKENS = Bound(0, 10_000_000, "tokens")
 BURSTINESS = Bound(0.001, 1_000, "(a gamma shape)", integer=False)
 """Gamma arrivals' shape: the gaps' coefficient of variation is 1 / sqrt(shape), from 31.6 (nearly every
 request in one burst) to 0.03 (nearly even gaps); beyond, a typo."""
+PROBES = Bound(0, 10_000, "prompts")
+"""Probes each server start answers (``answers.probes``); 0: none."""
+PERCENT_POINTS = Bound(0.0, 100.0, "percentage points", integer=False)
+"""A drop in a score that is itself a percentage (``accuracy.max_drop_pct``)."""
 SEED = Bound(0, 2**32 - 1, "(a 32-bit seed)")
 """numpy and SGLang's ``random-seed`` take 32-bit seeds."""
 START_TIMEOUT_S = Bound(1, 7 * 24 * 3600, "seconds")

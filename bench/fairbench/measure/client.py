@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import socket
 import sys
 import time
@@ -65,6 +66,28 @@ class StreamCounts:
     server_received_s: float | None = None
     """``meta_info.request_received_ts`` of the last event (epoch seconds): when SGLang's tokenizer manager
     received the request (``/generate`` with ``--enable-metrics``); None when the stream did not say."""
+    spec: SpecCounts | None = None
+    """What the last event says of the request's speculative decoding (:func:`_spec_counts`); None when it
+    says nothing of it."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpecCounts:
+    """A request's speculative decoding as SGLang 0.5.23's ``/generate`` reports it in its last event's
+    ``meta_info`` (``TokenizerManager._calculate_spec_decoding_metrics``, run once the request finished,
+    only on a server with a speculative algorithm and for a request with at least one verify step). Each
+    field None where the event lacks it or holds no valid value; RequestRecord's ``spec_*`` fields."""
+
+    accept_length: float | None = None
+    """``spec_accept_length``: completion_tokens / spec_verify_ct."""
+    accept_rate: float | None = None
+    """``spec_accept_rate``: spec_num_correct_drafts / spec_num_proposed_drafts."""
+    verify_ct: int | None = None
+    """``spec_verify_ct``: verify steps, at least 1."""
+    num_correct_drafts: int | None = None
+    """``spec_num_correct_drafts``: draft tokens accepted."""
+    num_proposed_drafts: int | None = None
+    """``spec_num_proposed_drafts``: draft tokens proposed."""
 
 
 def _excerpt(text: str) -> str:
@@ -186,6 +209,34 @@ def _server_received_s(data: dict[str, Any] | None) -> float | None:
     meta = data.get("meta_info") if data is not None else None
     received = meta.get("request_received_ts") if isinstance(meta, dict) else None
     return float(received) if isinstance(received, int | float) and not isinstance(received, bool) else None
+
+
+def _spec_count(value: object, least: int) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= least else None
+
+
+def _spec_ratio(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)  # orjson reads no number past a float's range, nor NaN
+    return number if math.isfinite(number) and number >= 0 else None
+
+
+def _spec_counts(data: dict[str, Any] | None) -> SpecCounts | None:
+    """The ``spec_*`` keys of a stream's last event's ``meta_info`` (:class:`SpecCounts`); None where it has
+    none that hold a valid value: the OpenAI APIs' events carry no ``meta_info``, and SGLang writes them
+    only on a finished request's event, only with speculative decoding."""
+    meta = data.get("meta_info") if data is not None else None
+    if not isinstance(meta, dict):
+        return None
+    counts = SpecCounts(
+        accept_length=_spec_ratio(meta.get("spec_accept_length")),
+        accept_rate=_spec_ratio(meta.get("spec_accept_rate")),
+        verify_ct=_spec_count(meta.get("spec_verify_ct"), 1),
+        num_correct_drafts=_spec_count(meta.get("spec_num_correct_drafts"), 0),
+        num_proposed_drafts=_spec_count(meta.get("spec_num_proposed_drafts"), 0),
+    )
+    return None if counts == SpecCounts() else counts
 
 
 def _unreachable_reason(exc: BaseException, url: str, connect_timeout: float, answer_timeout: float) -> str:
@@ -399,6 +450,7 @@ class StreamParser:
             self.server_sent_s,
             _cached_tokens(self._last),
             _server_received_s(self._last),
+            _spec_counts(self._last),
         )
 
 
@@ -599,6 +651,12 @@ class StreamClient:
         if counts.prompt_len is not None:
             record.prompt_len = counts.prompt_len
         record.cached_tokens = counts.cached_tokens
+        if (spec := counts.spec) is not None:
+            record.spec_accept_length = spec.accept_length
+            record.spec_accept_rate = spec.accept_rate
+            record.spec_verify_ct = spec.verify_ct
+            record.spec_num_correct_drafts = spec.num_correct_drafts
+            record.spec_num_proposed_drafts = spec.num_proposed_drafts
         # The wall clock less perf_counter_ns, read now, turns the server's epoch stamps into this clock's:
         # NTP may step the wall clock during a run and the server reads it afresh, so an offset read once at
         # the start would move every later stamp by the step.

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import operator
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 
 from fairbench.measure.records import RequestRecord
@@ -469,6 +469,72 @@ def turn_metrics(records: Sequence[RequestRecord], turns: int) -> dict[str, list
         "median_ttft_ms_by_turn": ttft,
         "mean_input_tokens_by_turn": inputs,
         "mean_cached_tokens_by_turn": cached,
+    }
+
+
+SPEC_HISTOGRAM_EDGES = tuple(1.0 + 0.5 * step for step in range(1, 15))
+"""The inner edges of the per-request accept length histogram's fixed bins, 1.5 to 8.0 by 0.5: bin 0 takes
+lengths below 1.5, bin i (1 to 13) [1 + 0.5 i, 1.5 + 0.5 i), bin 14 lengths of 8 or more. A request's
+length is at least 1 (each verify step gives a token) and at most speculative-num-draft-tokens plus a
+little (the prefill's token): half a token shows an MTP head's 1 to 2 as well as EAGLE's longer drafts."""
+
+
+def spec_bin(accept_length: float) -> int:
+    """The histogram bin of a request's accept length (``SPEC_HISTOGRAM_EDGES``): 0 to 14."""
+    return bisect_right(SPEC_HISTOGRAM_EDGES, accept_length)
+
+
+def spec_bin_label(index: int) -> str:
+    """How bin ``index`` is written: ``<1.5``, ``2-2.5`` (from 2, below 2.5), ``>=8``."""
+    edges = SPEC_HISTOGRAM_EDGES
+    if index == 0:
+        return f"<{edges[0]:g}"
+    if index == len(edges):
+        return f">={edges[-1]:g}"
+    return f"{edges[index - 1]:g}-{edges[index]:g}"
+
+
+def spec_metrics(records: Sequence[RequestRecord]) -> dict[str, int | float | list[int] | None]:
+    """A point's speculative decoding over its requests, from what SGLang's ``/generate`` reported of each
+    (``RequestRecord.spec_*``), with R the ok requests that reported their verify steps (spec_verify_ct):
+
+    - spec_requests = |R|
+    - spec_accept_length = sum(output_len) / sum(spec_verify_ct) over R: the tokens a verify step gave,
+      weighted by tokens as SGLang's own accept length is (each request's spec_accept_length is its
+      completion_tokens / spec_verify_ct; this is their ratio of sums, not their plain mean). A request's
+      first token came from the prefill, not a verify step, so this stands above the server's gauge (its
+      accepted tokens per verify step) by about |R| / sum(spec_verify_ct)
+    - spec_accept_rate = sum(spec_num_correct_drafts) / sum(spec_num_proposed_drafts) over R: the share of
+      draft tokens accepted, weighted by drafts proposed (proposed = verify steps x (draft tokens - 1), so
+      by verify steps), as SGLang's server-wide rate is; null where none proposed any
+    - spec_accept_length_histogram[i] = the requests of R whose own output_len / spec_verify_ct falls in
+      bin i (:func:`spec_bin`, ``SPEC_HISTOGRAM_EDGES``): 15 counts that sum to |R|
+
+    None of these (an empty dict) where no ok request reported any: a server without speculative decoding,
+    or the OpenAI APIs, which carry no ``meta_info`` (the server's gauge, ``server_spec_accept_length``, and
+    /server_info's ``accept_length`` remain there).
+    """
+    reported = [
+        (record, steps)
+        for record in records
+        if record.success and (steps := record.spec_verify_ct) is not None and steps > 0
+    ]
+    if not reported:
+        return {}
+    histogram = [0] * (len(SPEC_HISTOGRAM_EDGES) + 1)
+    for record, steps in reported:
+        histogram[spec_bin(record.output_len / steps)] += 1
+    proposed = correct = 0
+    for record, _ in reported:
+        if record.spec_num_proposed_drafts is not None and record.spec_num_correct_drafts is not None:
+            proposed += record.spec_num_proposed_drafts
+            correct += record.spec_num_correct_drafts
+    return {
+        "spec_requests": len(reported),
+        "spec_accept_length": sum(record.output_len for record, _ in reported)
+        / sum(steps for _, steps in reported),
+        "spec_accept_rate": correct / proposed if proposed else None,
+        "spec_accept_length_histogram": histogram,
     }
 
 

@@ -68,6 +68,24 @@ class RequestRecord:
     """The request's turn in its multi-turn conversation, from 0; None outside a multi-turn workload, and
     in files written before it existed."""
 
+    # Speculative decoding, as SGLang 0.5.23's /generate reports it on a stream's last event
+    # (``meta_info``, written by TokenizerManager._calculate_spec_decoding_metrics once the request has
+    # finished, and only by a server with a speculative algorithm and a request that had a verify step).
+    # None where the server did not say (the OpenAI APIs never do), and in files written before them.
+    spec_accept_length: float | None = None
+    """``meta_info.spec_accept_length``: completion_tokens / spec_verify_ct, the tokens each verify step
+    gave this request (the first token, which the prefill gave, included, as SGLang counts it)."""
+    spec_accept_rate: float | None = None
+    """``meta_info.spec_accept_rate``: spec_num_correct_drafts / spec_num_proposed_drafts, the share of
+    the draft tokens proposed that the target model accepted (the bonus token not counted)."""
+    spec_verify_ct: int | None = None
+    """``meta_info.spec_verify_ct``: the request's verify steps (forward passes of the target model)."""
+    spec_num_correct_drafts: int | None = None
+    """``meta_info.spec_num_correct_drafts``: draft tokens the target model accepted."""
+    spec_num_proposed_drafts: int | None = None
+    """``meta_info.spec_num_proposed_drafts``: draft tokens proposed, spec_verify_ct x
+    (speculative-num-draft-tokens - 1)."""
+
     @property
     def success(self) -> bool:
         return not self.error

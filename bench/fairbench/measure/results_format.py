@@ -171,6 +171,12 @@ CLOCK_LOCK = "gpu_clock_lock"
 """host.json's record of the GPU clocks the bench role locked for the job (``bench_gpu_clock_lock``):
 ``{"sm_mhz": MHz or null, "mem_mhz": MHz or null}``; null where it locked none."""
 UNIT_FILE = "unit.service"
+ANSWERS_DIR = "answers"
+"""What each of a config's server starts answered before its sweep (``fairbench.answers.check``): one
+file per job, ``answers/<ANSWERS_FILE>``."""
+ANSWERS_FILE = "start-r{repeat}.json"
+"""A job's answers, named by the first repeat it measures (``{repeat}``): a resumed job's start replaces
+its file, another job's start keeps its own."""
 """A copy of the systemd unit the config's server ran as."""
 OK = "ok"
 FAILED = "failed"

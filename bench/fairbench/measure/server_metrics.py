@@ -179,7 +179,8 @@ def point_fields(scrapes: PointScrapes, window: tuple[int, int] | None) -> dict[
     - server_{running,queue}_{mean,max}, server_token_usage_{mean,max}: over the samples taken in
       ``window`` (a closed loop's steady window: every stream active; the ramp and the tail would read
       low), or over all of the point's samples without one (an open loop); None without samples
-    - server_spec_accept_length = the mean of the gauge over the same samples (speculative decoding only)
+    - server_spec_accept_length = the mean of the gauge over the same samples that read above 0; None
+      where none did (SGLang writes 0 without speculative decoding)
     - server_metric_samples = the samples those figures are over; server_metric_failures = the scrapes
       that failed, with the first reason in server_metric_error
     """
@@ -207,7 +208,10 @@ def point_fields(scrapes: PointScrapes, window: tuple[int, int] | None) -> dict[
         samples = [sample for sample in samples if window[0] <= sample.t_ns < window[1]]
     for key in ("running", "queue", "token_usage"):
         fields[f"server_{key}_mean"], fields[f"server_{key}_max"] = _stats(samples, key)
-    fields["server_spec_accept_length"] = _stats(samples, "spec_accept_length")[0]
+    # SGLang writes the gauge as 0 where it does not speculate (and before a speculating server's first
+    # decode log): a real accept length is at least 1, so a 0 is no reading.
+    accepted = [sample for sample in samples if sample.values.get("spec_accept_length", 0.0) > 0]
+    fields["server_spec_accept_length"] = _stats(accepted, "spec_accept_length")[0]
     fields["server_metric_samples"] = len(samples)
     failures = [*(end for end in (before, after) if isinstance(end, str)), *scrapes.failures]
     fields["server_metric_failures"] = len(failures)

@@ -57,6 +57,7 @@ from fairbench.measure.metrics import (
     point_metrics,
     running_limit,
     slo_metrics,
+    spec_metrics,
     steady_window,
     turn_metrics,
 )
@@ -670,6 +671,8 @@ class Sweep:
             **objectives,
             # Not asked of a server that completed nothing: it may be gone or hung (each wait a timeout).
             **await self._server_info_fields(client, pid, ask=bool(metrics["completed"])),
+            # Beside the server's accept_length: the same figure over this point's own requests (/generate).
+            **spec_metrics(records),
             "num_prompts": count,
             "warmup_requests": warmup_count,
             "warmup_failed": warmup_failed,

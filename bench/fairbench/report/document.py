@@ -21,6 +21,7 @@ from fairbench.fleet.campaign_record import differences, listed
 from fairbench.fleet.stopping import stopping_margin
 from fairbench.measure.repeats import AutoRepeats
 from fairbench.measure.results import CAMPAIGN_FILE
+from fairbench.report.answers import answer_checks, answers_blocks, refused
 from fairbench.report.blocks import Alert, Block, BulletList, Figure, Heading, Paragraph, Preformatted, Table
 from fairbench.report.checks import checks_blocks
 from fairbench.report.differences import (
@@ -59,6 +60,7 @@ from fairbench.report.load import Run
 from fairbench.report.planned import planned_blocks
 from fairbench.report.plots import pareto_flagged
 from fairbench.report.rounds import drift_alerts, rounds_blocks
+from fairbench.report.spec import spec_blocks
 from fairbench.report.summary import (
     BEHIND,
     SLO_MET,
@@ -697,7 +699,8 @@ def run_blocks(
     spread = run.placement == SPREAD
     hardware = not spread and len({config.host for config in run.configs}) > 1
     blocks: list[Block] = [Heading(1, run.title), _campaign_line(run)]
-    found = verdict(run, headlines)
+    checks = answer_checks(run)
+    found = verdict(run, headlines, refused=refused(checks))
     marks = FlagMarks(headlines)
     # Per host, the host is said once for all its configs.
     name: Label = (lambda result: result.name) if found.hosts else label
@@ -713,6 +716,7 @@ def run_blocks(
         Paragraph(COMPARISONS_NOTE),
         _comparison_list(headlines, label, marks, same_host=not spread),
     ]
+    blocks += answers_blocks(checks, run, label)
     if hardware:
         blocks += hardware_blocks(headlines, label, marks)
     blocks += [Heading(2, "Plots"), *_plot_figures(plots, loop, pareto=False, flagged=flagged)]
@@ -729,6 +733,7 @@ def run_blocks(
     blocks += [Heading(3, "Not compared, and why"), ignored_fields_table()]
     blocks += _level_blocks(headlines, label, run.fleet, marks)
     blocks += turn_blocks(headlines, label)
+    blocks += spec_blocks(headlines, label)
     blocks += checks_blocks(headlines, label, marks, CHECKS_TITLE)
     blocks += rounds_blocks(run, headlines)
     blocks += overhead_blocks(run)

@@ -63,6 +63,21 @@ OF_COMPLETED = frozenset({key for key in FIGURES if key.endswith("_ms")} - set(S
 writes 0 for them when none completed, and that 0 measured nothing."""
 
 
+# Speculative decoding (measure/metrics.py, spec_metrics and accept_length; measure/server_metrics.py):
+# absent from a point of a server without it, and the per-request ones from a point on the OpenAI APIs.
+SPEC_REQUESTS = "spec_requests"
+"""The ok requests of a point that reported their verify steps (``/generate``'s ``meta_info``)."""
+SPEC_ACCEPT_LENGTH = "spec_accept_length"
+"""Tokens per verify step over the point's requests: sum of output tokens / sum of verify steps."""
+SPEC_ACCEPT_RATE = "spec_accept_rate"
+"""Draft tokens accepted / proposed over the point's requests, 0 to 1; null where none were proposed."""
+SPEC_HISTOGRAM = "spec_accept_length_histogram"
+"""Requests per bin of their own accept length (``metrics.SPEC_HISTOGRAM_EDGES``)."""
+SERVER_SPEC_ACCEPT_LENGTH = "server_spec_accept_length"
+"""The mean of the server's ``sglang:spec_accept_length`` gauge over the point's scrapes."""
+ACCEPT_LENGTH = "accept_length"
+"""``/server_info``'s ``avg_spec_accept_length`` once the point's loop ended: the server's since its start."""
+
 DERIVED_FROM: dict[str, tuple[str, ...]] = {
     PER_GPU: (THROUGHPUT,),
     PER_USER: ("median_tpot_ms",),
@@ -103,7 +118,7 @@ SERVER_GAUGES = (
     "server_queue_max",
     "server_token_usage_mean",
     "server_token_usage_max",
-    "server_spec_accept_length",
+    SERVER_SPEC_ACCEPT_LENGTH,
 )
 SERVER_LITTLE = ("server_in_flight_mean", "server_queued_mean")
 """The server's own Little's law over the point (its latency histograms' sums): requests in it, and queued."""

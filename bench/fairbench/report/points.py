@@ -26,6 +26,7 @@ from fairbench.measure.json_rules import (
 )
 from fairbench.measure.results_format import POINT_RULES, Numbered, current_lines, point_errors, split_lines
 from fairbench.report.figures import (
+    ACCEPT_LENGTH,
     ACHIEVED_RATE,
     CHECK_NUMBERS,
     CLIENT_PROCESSES,
@@ -37,6 +38,10 @@ from fairbench.report.figures import (
     SERVER_ERROR,
     SERVER_FAILURES,
     SERVER_SAMPLES,
+    SPEC_ACCEPT_LENGTH,
+    SPEC_ACCEPT_RATE,
+    SPEC_HISTOGRAM,
+    SPEC_REQUESTS,
     THROUGHPUT,
     non_finite_text,
 )
@@ -67,6 +72,16 @@ CHECK_RULES: tuple[Rule, ...] = (
     Rule(CLIENT_USE, "a list of objects of finite numbers", list_of(object_of(or_null(is_finite))), False),
 )
 """A point's measurement checks: one that breaks its rule counts as not measured, and is named."""
+SPEC_RULES: tuple[Rule, ...] = (
+    Rule(SPEC_REQUESTS, "a whole number", whole(0), False),
+    *(
+        Rule(key, "null or a finite number", or_null(is_finite), False)
+        for key in (SPEC_ACCEPT_LENGTH, SPEC_ACCEPT_RATE, ACCEPT_LENGTH)
+    ),
+    Rule(SPEC_HISTOGRAM, "a list of whole numbers", list_of(whole(0)), False),
+)
+"""A point's speculative decoding figures (the Speculative decoding section): one that breaks its rule is
+left out, and named; the server's gauge is among ``CHECK_RULES``."""
 
 
 def read_points(
@@ -76,8 +91,9 @@ def read_points(
 
     Each point's current line only (``results_format.current_lines``), in the order the points were first
     measured; another line of a point already there is named and not counted. A measurement check breaking
-    its rule (``CHECK_RULES``) is left out of its point, and named. An incomplete last line, what an
-    interrupted write leaves, is a note: the sweep's --resume drops it too. ``placed``: the identity keys
+    its rule (``CHECK_RULES``), or a speculative decoding figure its own (``SPEC_RULES``), is left out of its
+    point, and named. An incomplete last line, what an interrupted write leaves, is a note: the sweep's
+    --resume drops it too. ``placed``: the identity keys
     (measure.results.RunIdentity) the tree gives these points, checked against those their lines name
     (``_named_elsewhere``).
     """
@@ -107,7 +123,8 @@ def read_points(
     kept: list[Numbered] = []
     for pid, (number, point) in current.items():
         problems += _non_finite(path, number, point)
-        kept.append((number, drop_broken(point, CHECK_RULES, f"{path}:{number}: point {pid}: ", problems)))
+        rules = (*CHECK_RULES, *SPEC_RULES)
+        kept.append((number, drop_broken(point, rules, f"{path}:{number}: point {pid}: ", problems)))
     problems += _named_elsewhere(path, kept, placed)
     return [point for _, point in kept], problems, notes
 

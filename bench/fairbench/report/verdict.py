@@ -176,6 +176,8 @@ class Verdict:
     """The campaign's ``decide.margin_pct``: each pair then has its decision; None: significance only."""
     rounds: bool = False
     """Whether its repeats ran in rounds (spread): two configs sharing rounds are compared paired."""
+    refused: tuple[tuple[Headline, str], ...] = ()
+    """Configs the answers gate refused (``report.answers``), each with why: ranked in no regime."""
 
     @property
     def hosts(self) -> list[str]:
@@ -377,11 +379,16 @@ def _p_value(comparison: Comparison | None) -> float | None:
     return None if comparison is None else comparison.p_value
 
 
-def verdict(run: Run, headlines: Sequence[Headline], alpha: float = ALPHA) -> Verdict:
+def verdict(
+    run: Run, headlines: Sequence[Headline], alpha: float = ALPHA, refused: Mapping[str, str] | None = None
+) -> Verdict:
     """The verdict of one run (the module docstring): per host when the run compares configs within a host
-    only (every-host) and has several."""
+    only (every-host) and has several. ``refused``: the configs whose answers fail the gate, by name, with
+    why; they are ranked nowhere."""
     slo, slo_problem = campaign_slo(run.campaign)
-    finished = measured(headlines)
+    refused = refused or {}
+    gated = tuple((line, refused[line.result.name]) for line in headlines if line.result.name in refused)
+    finished = [line for line in measured(headlines) if line.result.name not in refused]
     by_host: dict[str | None, list[Headline]] = {}
     per_host = run.placement != SPREAD and len({line.result.host for line in headlines}) > 1
     for line in finished:
@@ -397,10 +404,14 @@ def verdict(run: Run, headlines: Sequence[Headline], alpha: float = ALPHA) -> Ve
     margin_pct = rule.margin_pct if rule else None
     drift_pct = baseline_drift_pct_of(run, headlines)
     regimes, tested, compared = _regimes(drafts, alpha, margin_pct, drift_pct)
-    left_out = tuple(line for line in headlines if all(line is not other for other in finished))
+    left_out = tuple(
+        line
+        for line in headlines
+        if all(line is not other for other in finished) and line.result.name not in refused
+    )
     loop, load = lowest
     return Verdict(
-        tuple(regimes), tested, compared, left_out, slo, load, slo_problem, loop, margin_pct, rounds
+        tuple(regimes), tested, compared, left_out, slo, load, slo_problem, loop, margin_pct, rounds, gated
     )
 
 
@@ -701,6 +712,16 @@ def verdict_blocks(
     blocks: list[Block] = [Heading(2, "Verdict")]
     if unfair:
         blocks.append(Paragraph(unfair))
+    if found.refused:
+        blocks.append(
+            Paragraph(
+                "**Answers**: "
+                + "; ".join(
+                    f"**{name(line.result)}** is ranked nowhere: {why}" for line, why in found.refused
+                )
+                + " (see Answers)."
+            )
+        )
     if not found.regimes:
         blocks.append(Paragraph("No config finished with points: there is nothing to rank."))
     hosts: list[str | None] = [*found.hosts] or ([None] if found.regimes else [])
