@@ -132,3 +132,33 @@ def test_what_was_not_checked_is_said_and_fails_nothing(tmp_path: Path) -> None:
     text = section(markdown(run), "## Answers")
     assert "**ep4**: 1 probe answer(s) missing on one side" in text
     assert "**ep8**: no answers file" in text
+
+
+def test_a_server_without_log_probabilities_or_tokens_is_compared_by_characters_and_says_so(
+    tmp_path: Path,
+) -> None:
+    plain = answers_file(BASE_IDS)
+    bare = {
+        **plain,
+        "probes": [
+            {"id": p["id"], "text": f"answer {p['id']}", "token_ids": None, "tokens": None, "logprobs": None}
+            for p in plain["probes"]
+        ],
+    }
+    run = run_with(tmp_path, {"tp8": bare, "ep4": bare}, AnswersPlan(PROBES))
+    text = section(markdown(run), "## Answers")
+    assert (
+        "**ep4**: its server returned no log-probabilities: no gap at the first divergence; its server returned no tokens: answers compared by characters"
+        in text
+    )
+    row = next(line for line in text.splitlines() if line.startswith("| ep4"))
+    assert "| 4 of 4 |" in row and "passes" in row
+
+
+def test_speculative_acceptance_on_the_probes_pools_sglangs_per_request_counts(tmp_path: Path) -> None:
+    found = answers_file(BASE_IDS)
+    for probe, (length, steps) in zip(found["probes"], [(2.0, 2), (4.0, 1), (2.0, 2), (1.0, 4)], strict=True):
+        probe["meta_info"] = {"spec_accept_length": length, "spec_verify_ct": steps}
+    run = run_with(tmp_path, {"tp8": answers_file(BASE_IDS), "ep4": found}, AnswersPlan(PROBES))
+    # (4 + 4 + 4 + 4) tokens over (2 + 1 + 2 + 4) verify steps.
+    assert f"**ep4** {16 / 9:.2f} tokens per verify step" in section(markdown(run), "## Answers")

@@ -146,6 +146,15 @@ def _check(
         equivalence = _pooled(ref_starts[0], others)
     elif plan.probes and own and reference is not None:
         not_checked.append(f"{reference} has no answers to compare with")
+    if plan.probes and any(
+        probe.get("logprobs") is None
+        for start in own
+        for probe in start.found.get("probes", [])
+        if "error" not in probe
+    ):
+        not_checked.append("its server returned no log-probabilities: no gap at the first divergence")
+    if equivalence is not None and equivalence.unit != "tokens":
+        not_checked.append("its server returned no tokens: answers compared by characters")
     if equivalence is not None and equivalence.unanswered:
         not_checked.append(f"{len(equivalence.unanswered)} probe answer(s) missing on one side")
     failed = []
