@@ -148,8 +148,8 @@ def test_a_server_without_log_probabilities_or_tokens_is_compared_by_characters_
     run = run_with(tmp_path, {"tp8": bare, "ep4": bare}, AnswersPlan(PROBES))
     text = section(markdown(run), "## Answers")
     assert (
-        "**ep4**: its server returned no log-probabilities: no gap at the first divergence; its server returned no tokens: answers compared by characters"
-        in text
+        "**ep4**: its server returned no log-probabilities: no gap at the first divergence; its server "
+        "returned no tokens: answers compared by characters" in text
     )
     row = next(line for line in text.splitlines() if line.startswith("| ep4"))
     assert "| 4 of 4 |" in row and "passes" in row
