@@ -31,6 +31,8 @@ from tests.support.report_files import replaced
 from tests.support.sse_server import StartServer
 from tests.support.unit_exposure import UNIT_EXPOSURE
 
+from fairbench.answers.plan import AnswersPlan
+from fairbench.answers.probes import draw, shipped_prompts
 from fairbench.campaign.load import load_campaign
 from fairbench.fleet.sharing import KERNEL_BOOT_TOLERANCE_S
 from fairbench.hosts.clean_state import (
@@ -197,6 +199,9 @@ def _expanded_facts(source: str) -> dict[str, Any]:
         "placement": "spread",
         "accept_host_differences": [],
         "slo": {},
+        # No answers key: the default plan, 16 probes of fairbench's set drawn from seed 1, through the
+        # workload's chat API.
+        "answers": AnswersPlan(draw(shipped_prompts(), 16, seed=1), api="chat").to_json(),
         "common": {"args": common_args, "env": {"HF_HUB_OFFLINE": "1"}, "sim": common_sim},
         "configs": {
             "tp2": {
@@ -1029,7 +1034,7 @@ def test_report_module_renders_the_report_and_names_failed_configs(tmp_path: Pat
     task = [{"name": "Report", fqcn("fairbench_report"): {"run_dir": str(run_dir)}}]
     # Configs of the campaign with no results at all count as failed too: never silently missing. Spread
     # over the hosts (the campaign's placement), such a config ran on no host.
-    not_ok = ["(no host)/tp8-nccl", "lab1/ep4", "(no host)/ep8", "(no host)/ep8-eplb"]
+    not_ok = ["(no host)/tp8-nccl", "lab1/ep4", "(no host)/ep8", "(no host)/ep8-eplb", "(no host)/ep4-fp8kv"]
     checked = run_play(tmp_path, task, "--check")["Report"]
     assert sorted(checked["failed_configs"]) == sorted(not_ok)
     assert checked["changed"] is False and not (run_dir / "report.md").exists()

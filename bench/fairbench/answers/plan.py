@@ -18,6 +18,13 @@ from typing import Any
 
 from fairbench.measure.workload import CHAT
 
+DEFAULT_PROBES = 16
+DEFAULT_PROBE_TOKENS = 32
+DEFAULT_SEED = 1
+DEFAULT_PROBLEMS = 100
+DEFAULT_TASK_TOKENS = 256
+DEFAULT_TASK_CONCURRENCY = 8
+DEFAULT_MAX_DROP_PCT = 2.0
 BUILT_IN_TASK = "arithmetic"
 """The accuracy task fairbench generates itself (``answers.arithmetic``): runs offline."""
 
@@ -38,11 +45,11 @@ class AccuracyPlan:
 
     task: str
     lm_eval: bool = False
-    problems: int = 100
-    seed: int = 1
-    max_tokens: int = 256
-    concurrency: int = 8
-    max_drop_pct: float = 2.0
+    problems: int = DEFAULT_PROBLEMS
+    seed: int = DEFAULT_SEED
+    max_tokens: int = DEFAULT_TASK_TOKENS
+    concurrency: int = DEFAULT_TASK_CONCURRENCY
+    max_drop_pct: float = DEFAULT_MAX_DROP_PCT
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -51,7 +58,7 @@ class AccuracyPlan:
 @dataclass(frozen=True)
 class AnswersPlan:
     probes: tuple[Probe, ...]
-    max_tokens: int = 48
+    max_tokens: int = DEFAULT_PROBE_TOKENS
     api: str = CHAT
     concurrency: int = 1
     min_identical_share: float | None = None
@@ -96,20 +103,30 @@ class AnswersPlan:
 
 def plan_from_json(value: object) -> AnswersPlan | None:
     """campaign.json's ``answers`` (``AnswersPlan.to_json``); None where absent or null (a campaign from
-    before answers were checked, or one that checks none). Written by fairbench itself, so a malformed one
-    is a ValueError, not a finding."""
+    before answers were checked). A value that is not such a plan is a ValueError saying what is wrong."""
     if value is None:
         return None
     if not isinstance(value, dict):
         raise ValueError(f"answers: expected a mapping, got {type(value).__name__}")
-    accuracy = value.get("accuracy")
-    return AnswersPlan(
-        probes=tuple(Probe(str(entry["id"]), str(entry["prompt"])) for entry in value.get("probes", [])),
-        max_tokens=int(value["max_tokens"]),
-        api=str(value["api"]),
-        concurrency=int(value["concurrency"]),
-        min_identical_share=value.get("min_identical_share"),
-        match={str(key): str(name) for key, name in (value.get("match") or {}).items()},
-        accuracy=None if accuracy is None else AccuracyPlan(**accuracy),
-        timeout_s=float(value.get("timeout_s", 300.0)),
-    )
+    try:
+        accuracy = value.get("accuracy")
+        return AnswersPlan(
+            probes=tuple(Probe(str(entry["id"]), str(entry["prompt"])) for entry in value["probes"]),
+            max_tokens=int(value["max_tokens"]),
+            api=str(value["api"]),
+            concurrency=int(value["concurrency"]),
+            min_identical_share=_share(value.get("min_identical_share")),
+            match={str(key): str(name) for key, name in (value.get("match") or {}).items()},
+            accuracy=None if accuracy is None else AccuracyPlan(**accuracy),
+            timeout_s=float(value.get("timeout_s", 300.0)),
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ValueError(f"answers: not a plan of answers ({type(exc).__name__}: {exc})") from None
+
+
+def _share(value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"min_identical_share: expected a number, got {value!r}")
+    return float(value)

@@ -22,7 +22,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from fairbench.answers.plan import BUILT_IN_TASK, AccuracyPlan, AnswersPlan
+from fairbench.answers.plan import (
+    BUILT_IN_TASK,
+    DEFAULT_MAX_DROP_PCT,
+    DEFAULT_PROBE_TOKENS,
+    DEFAULT_PROBES,
+    DEFAULT_PROBLEMS,
+    DEFAULT_SEED,
+    DEFAULT_TASK_CONCURRENCY,
+    DEFAULT_TASK_TOKENS,
+    AccuracyPlan,
+    AnswersPlan,
+)
 from fairbench.answers.probes import ProbeFileError, draw, file_prompts, shipped_prompts
 from fairbench.campaign.checks import bounded, choice, keyed, mapping, number_in, unit_name_part, unit_string
 from fairbench.campaign.findings import Findings, join_path
@@ -42,8 +53,6 @@ ANSWERS_KEYS = (
     *("probes", "probe_file", "seed", "max_tokens", "api", "concurrency", "min_identical_share", "match"),
 )
 ACCURACY_KEYS = ("task", "lm_eval", "problems", "limit", "seed", "max_tokens", "concurrency", "max_drop_pct")
-DEFAULT_PROBES = 16
-DEFAULT_PROBE_TOKENS = 32
 SPECULATIVE_FLAG = "speculative-algorithm"
 
 
@@ -60,7 +69,7 @@ def check_answers(
     speculative configs' default ``match``."""
     fields = mapping(findings, "answers", {} if value is None else value, ANSWERS_KEYS)
     count = fields.get("probes", bounded(PROBES), DEFAULT_PROBES)
-    seed = fields.get("seed", bounded(SEED), 1)
+    seed = fields.get("seed", bounded(SEED), DEFAULT_SEED)
     probe_file = fields.get("probe_file", unit_string, None)
     prompts: list[str] = []
     if count:
@@ -122,9 +131,9 @@ def check_accuracy(findings: Findings, path: str, value: object) -> AccuracyPlan
     return AccuracyPlan(
         task=lm_eval or task or BUILT_IN_TASK,
         lm_eval=lm_eval is not None,
-        problems=fields.get(count_key, bounded(REQUESTS), 100),
-        seed=fields.get("seed", bounded(SEED), 1),
-        max_tokens=fields.get("max_tokens", bounded(TOKENS), 256),
-        concurrency=fields.get("concurrency", bounded(CONCURRENCY), 8),
-        max_drop_pct=fields.get("max_drop_pct", number_in(PERCENT_POINTS, 2.0), 2.0),
+        problems=fields.get(count_key, bounded(REQUESTS), DEFAULT_PROBLEMS),
+        seed=fields.get("seed", bounded(SEED), DEFAULT_SEED),
+        max_tokens=fields.get("max_tokens", bounded(TOKENS), DEFAULT_TASK_TOKENS),
+        concurrency=fields.get("concurrency", bounded(CONCURRENCY), DEFAULT_TASK_CONCURRENCY),
+        max_drop_pct=fields.get("max_drop_pct", number_in(PERCENT_POINTS, 2.0), DEFAULT_MAX_DROP_PCT),
     )

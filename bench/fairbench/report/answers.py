@@ -104,9 +104,18 @@ def _score(start: Start | None) -> tuple[Score | None, str | None]:
     return Score(int(accuracy["correct"]), int(accuracy["total"])), None
 
 
+def run_plan(run: Run) -> tuple[AnswersPlan | None, str | None]:
+    """campaign.json's plan of answers, and why it cannot be used where it cannot (then None)."""
+    try:
+        return plan_from_json(run.campaign.get("answers")), None
+    except ValueError as exc:
+        return None, f"campaign.json's {exc}: its servers' answers are not compared"
+
+
 def answer_checks(run: Run) -> list[AnswerCheck]:
-    """Every config's check, in the run's order; none where the campaign asked nothing."""
-    plan = plan_from_json(run.campaign.get("answers"))
+    """Every config's check, in the run's order; none where the campaign asked nothing (or its plan cannot
+    be used)."""
+    plan, _ = run_plan(run)
     if plan is None or (not plan.probes and plan.accuracy is None):
         return []
     configs = {config.name: config for config in run.configs}
@@ -228,7 +237,9 @@ def _divergence_cell(equivalence: Equivalence | None) -> str:
 
 def answers_blocks(checks: Sequence[AnswerCheck], run: Run, name: Label) -> list[Block]:
     """The Answers section: the equivalence table, the accuracy table, and what was not checked."""
-    plan = plan_from_json(run.campaign.get("answers"))
+    plan, problem = run_plan(run)
+    if problem:
+        return [Heading(2, "Answers"), Paragraph(problem)]
     if not checks or plan is None:
         return []
     blocks: list[Block] = [Heading(2, "Answers")]
