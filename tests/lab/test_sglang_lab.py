@@ -218,7 +218,8 @@ def test_a_config_that_must_answer_the_same_does_and_another_dtype_shows_where_i
     assert baseline["accuracy"]["task"] == "arithmetic" and baseline["accuracy"]["total"] == 20
     report = (completions.run_dir / "report.md").read_text()
     answers = report[report.index("## Answers") :]
-    rows = {line.split("|")[1].strip(): line for line in answers.splitlines() if line.startswith("| ")}
+    # The probes' table: its rows count identical answers out of 16.
+    rows = {line.split("|")[1].strip(): line for line in answers.splitlines() if " of 16 |" in line}
     assert "| 16 of 16 |" in rows["chunked-64"] and "passes" in rows["chunked-64"], answers
     bf16_cells = [cell.strip() for cell in rows["bf16"].split("|")]
     assert bf16_cells[3] != "16 of 16" and bf16_cells[4] != "-", answers  # its divergences, where they start
