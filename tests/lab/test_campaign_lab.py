@@ -163,7 +163,7 @@ def test_a_crashing_server_is_marked_failed_with_its_journal_and_the_next_config
         assert status["stage"] == "sweep"
         assert "c4-r0" in status["reason"]
         journal = "\n".join(status["journal_tail"])
-        assert "crash-after=20: crashing" in journal
+        assert "crash-after=36: crashing" in journal
         assert "status=1/FAILURE" in journal
         # The level before the crash was measured; the config after it ran (see the test above).
         assert _points(campaign_run.config_dir(host, CRASHING_CONFIG))[0]["completed"] == 16
@@ -171,7 +171,7 @@ def test_a_crashing_server_is_marked_failed_with_its_journal_and_the_next_config
     for host in campaign_run.hosts:
         assert f"**{CRASHING_CONFIG}@{host}**: failed at stage `sweep`" in report
         assert f"### {CRASHING_CONFIG}@{host}: failed" in report
-    assert "crash-after=20: crashing" in report  # the journal excerpt
+    assert "crash-after=36: crashing" in report  # the journal excerpt
     assert f"report: {campaign_run.run_dir}/report.md" in campaign_run.first.output
 
 
@@ -190,7 +190,7 @@ def test_fairbench_run_shows_each_job_and_every_level_as_it_completes(campaign_r
             assert all(re.search(r"16/16 ok, [\d,]+ tok/s", line) for line in finished), finished
         failed = next(line for line in lines if line.startswith(f"{host} {CRASHING_CONFIG}: FAILED at sweep"))
         journal = lines[lines.index(failed) + 1 : lines.index(failed) + 12]
-        assert any("crash-after=20: crashing" in line for line in journal), journal
+        assert any("crash-after=36: crashing" in line for line in journal), journal
     log = (campaign_run.run_dir / "ansible.log").read_text()
     assert "PLAY RECAP" in log and "Follow tp8@" in log
 
@@ -262,7 +262,7 @@ def test_rerunning_the_same_run_id_writes_no_new_points(campaign_run: CampaignRu
         )
         crashed = json.loads((campaign_run.config_dir(host, CRASHING_CONFIG) / "status.json").read_text())
         assert crashed["status"] == "failed"
-        assert "crash-after=20: crashing" in "\n".join(crashed["journal_tail"])
+        assert "crash-after=36: crashing" in "\n".join(crashed["journal_tail"])
     # The crashed config is still failed, so campaign.yml still fails.
     assert again.returncode != 0
 

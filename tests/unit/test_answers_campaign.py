@@ -98,3 +98,15 @@ def test_a_probe_file_that_does_not_parse_names_the_file(tmp_path: Path) -> None
         f"{SOURCE}: answers.probe_file: {tmp_path / 'empty.yaml'}: prompts[1]: must be a non-empty string, "
         "got 3"
     ]
+
+
+def test_a_probe_file_that_is_missing_or_not_text_names_the_file(tmp_path: Path) -> None:
+    (tmp_path / "binary.yaml").write_bytes(b"prompts: [\xff\xfe]\n")
+    for name, rule in (
+        ("missing.yaml", "cannot read: No such file or directory"),
+        ("binary.yaml", "not UTF-8 text"),
+    ):
+        with pytest.raises(Exception) as caught:
+            parse(changed(("answers", {"probe_file": name})), tmp_path)
+        (message,) = caught.value.messages  # type: ignore[attr-defined]
+        assert message.startswith(f"{SOURCE}: answers.probe_file: {tmp_path / name}: {rule}"), message

@@ -36,6 +36,8 @@ def file_prompts(path: Path) -> list[str]:
         document = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ProbeFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ProbeFileError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except yaml.YAMLError as exc:
         raise ProbeFileError(f"{path}: not YAML: {str(exc).splitlines()[0]}") from None
     return _prompts(document, str(path))
