@@ -30,6 +30,8 @@ def campaign(slower_pct: float, repeats: object) -> Campaign:
     text = yaml.safe_dump(
         {
             "name": "truth",
+            # One host sweeping each config's repeats itself, one config after the other: no rounds.
+            "placement": "every-host",
             "engine": "sim",
             "model": "sim/test-model",
             "common": {"args": {"max-running-requests": 64}, "sim": {"sim-noise": 3}},

@@ -127,11 +127,14 @@ def test_a_pair_no_number_of_repeats_within_the_maximum_would_decide_stops() -> 
     )
 
 
-def test_without_a_margin_each_level_is_judged_by_its_interval_as_before() -> None:
+def test_without_a_margin_levels_are_judged_by_their_intervals_and_rounds_stay_complete() -> None:
     values = {"steady": {"c2": by_round(100, 100, 100)}, "noisy": {"c2": by_round(100, 120, 110)}}
     found = judge(values, {"steady": 3, "noisy": 3}, POLICY, rule=None, baseline="steady", gpus={})
-    assert found["noisy"] is None
+    assert found == {"steady": None, "noisy": None}, "a round stays complete while one config needs it"
+    values["noisy"]["c2"] = by_round(100, 101, 100)
+    found = judge(values, {"steady": 3, "noisy": 3}, POLICY, rule=None, baseline="steady", gpus={})
     assert found["steady"] == "c2: interval ±0.00 % within ±2 % after 3 repeats"
+    assert found["noisy"] is not None and found["noisy"].startswith("c2: interval ±")
 
 
 def _campaign(decide_json: dict[str, Any] | None) -> dict[str, Any]:

@@ -13,7 +13,9 @@ is judged over the rounds it has (its jobs' throughputs at each listed level, by
   stops. The baseline is measured in every round while any other config is: it is the drift sentinel
   (``measure.rounds``), measured in the first round and the last;
 - without one, each level by its interval's width (``repeats.stop_reason``), as a single config's
-  repeats are.
+  repeats are, and every config gets another round while any needs one: the verdict compares configs
+  within the rounds they share, so a config stopped early would leave the others' later rounds without a
+  partner (three pairs, say, where ten were measured, and an interval three times as wide).
 
 A config that has had ``maximum`` jobs gets none more.
 """
@@ -140,7 +142,8 @@ def judge(
             else:
                 shown = "; ".join(f"{level}: {why}" for level, why in reasons.items())
                 found[config] = shown or f"no level measured in {count} job(s)"
-        return _bounded(found, counts, policy)
+        found = _bounded(found, counts, policy)
+        return _bounded(dict.fromkeys(found), counts, policy) if None in found.values() else found
     compared = comparisons(values, baseline, gpus)
     tests = [
         margin_tests(pair.above_values, pair.below_values, rule.margin_pct, ahead_floor_pct=pair.floor_pct)
