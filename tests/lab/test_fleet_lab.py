@@ -10,8 +10,9 @@
   deployed, the difference named; accepted, the same campaign is placed.
 - A server left over from an earlier config (a process on the serving port, outside fairbench's units) is
   found before the next config starts, and that config fails naming it.
-- Automatic repeats under spread (tests/lab/campaign-decision.yml): the queue adds a noisy config's repeats
-  as jobs until its maximum, while a steady one stops at its minimum; every job searches for the highest
+- Automatic repeats under spread (tests/lab/campaign-decision.yml): the queue adds rounds while a noisy
+  config needs them, up to its maximum, each with the steady one too (whose own interval was narrow at
+  its minimum): the rounds stay complete for the paired verdict; every job searches for the highest
   concurrency meeting the campaign's SLO.
 
 Results go to a temporary directory (``-e bench_results_root=...``), never into results/. Skipped when no
@@ -324,7 +325,7 @@ def test_a_leftover_server_process_is_found_and_reported_before_the_next_config_
     assert not _listening(port)
 
 
-def test_automatic_repeats_under_spread_add_jobs_for_the_noisy_config_and_every_job_searches_the_slo(
+def test_automatic_repeats_under_spread_add_rounds_while_the_noisy_config_needs_them_each_searching_the_slo(
     tmp_path: Path,
 ) -> None:
     hosts = answering_lab_hosts()
@@ -337,12 +338,12 @@ def test_automatic_repeats_under_spread_add_jobs_for_the_noisy_config_and_every_
     jobs = {
         config: [job for job in fleet["jobs"] if job["config"] == config] for config in ("steady", "noisy")
     }
-    assert [job["id"] for job in jobs["steady"]] == [f"steady#r{repeat}" for repeat in range(4)]
+    assert [job["id"] for job in jobs["steady"]] == [f"steady#r{repeat}" for repeat in range(5)]
     assert [job["id"] for job in jobs["noisy"]] == [f"noisy#r{repeat}" for repeat in range(5)]
     assert all(job["state"] == "ok" for job in fleet["jobs"])
     # Judged by the queue on each job's own throughputs, which it kept.
-    assert fleet["judged"]["steady"]["count"] == 4
-    assert "within ±8 % after 4 repeats" in fleet["judged"]["steady"]["stopped"]
+    assert fleet["judged"]["steady"]["count"] == 5
+    assert "within ±8 % after 5 repeats" in fleet["judged"]["steady"]["stopped"]
     assert "maximum of 5 repeats reached" in fleet["judged"]["noisy"]["stopped"]
     assert all(set(job["throughputs"]) == {"c1", "c64"} for job in fleet["jobs"])
     for config in ("steady", "noisy"):
