@@ -33,9 +33,30 @@ options:
         into C(out)/<name>.
     type: dict
   unit:
-    description: The config's systemd unit.
+    description: The config's systemd unit (a disaggregated config's router).
     type: str
     required: true
+  workers:
+    description:
+      - A disaggregated config's prefill and decode servers, in start order, each with its C(unit), C(name)
+        (its directory under C(out)/servers/) and C(url). They are started first, each waited on until it
+        answers /health_generate, then C(unit) (the router) until it answers /readiness; stopped in reverse.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      unit:
+        description: The server's systemd unit.
+        type: str
+        required: true
+      name:
+        description: The server's name (C(prefill-0), C(decode-0)...).
+        type: str
+        required: true
+      url:
+        description: Where the server answers.
+        type: str
+        required: true
   start_timeout_s:
     description: Seconds the server may take to become healthy.
     type: int
@@ -144,7 +165,15 @@ with FairbenchImport.on_gpu_host() as FAIRBENCH_IMPORT:
     from fairbench.campaign.model import SINGLE_WORKLOAD
     from fairbench.hosts.ansible_support import spec_from_arguments
     from fairbench.hosts.clean_state import SERVER_UNIT_GLOB
-    from fairbench.hosts.config_run import CleanSettings, JobRun, StageError, plan, points_diff, run_job
+    from fairbench.hosts.config_run import (
+        CleanSettings,
+        JobRun,
+        StageError,
+        WorkerUnit,
+        plan,
+        points_diff,
+        run_job,
+    )
     from fairbench.measure.results import ResultsError
 
 CLEAN_OPTIONS = {
@@ -157,6 +186,11 @@ CLEAN_OPTIONS = {
     "timeout_s": {"type": "float", "default": 60},
 }
 CLOCK_LOCK_OPTIONS = {"sm_mhz": {"type": "int"}, "mem_mhz": {"type": "int"}}
+WORKER_OPTIONS = {
+    "unit": {"type": "str", "required": True},
+    "name": {"type": "str", "required": True},
+    "url": {"type": "str", "required": True},
+}
 
 
 def main() -> None:
@@ -166,6 +200,7 @@ def main() -> None:
             "workload": {"type": "dict"},
             "workloads": {"type": "dict"},
             "unit": {"type": "str", "required": True},
+            "workers": {"type": "list", "elements": "dict", "default": [], "options": WORKER_OPTIONS},
             "start_timeout_s": {"type": "int", "default": 3600},
             "journal_lines": {"type": "int", "default": 2000},
             "clean": {"type": "dict", "required": True, "options": CLEAN_OPTIONS},
@@ -203,6 +238,10 @@ def main() -> None:
         remeasure_failed=params["remeasure_failed"],
         clock_lock=lock if any(mhz is not None for mhz in lock.values()) else None,
         answers=plan_from_json(params["answers"]),
+        workers=[
+            WorkerUnit(unit=worker["unit"], name=worker["name"], url=worker["url"].rstrip("/"))
+            for worker in params["workers"]
+        ],
     )
     try:
         if module.check_mode:

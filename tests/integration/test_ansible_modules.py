@@ -1379,28 +1379,39 @@ def _render_units(tmp_path: Path, campaign: str) -> list[Path]:
     venv = Path(sys.executable).parent.parent
     units = tmp_path / Path(campaign).stem
     units.mkdir()
+    # The role's derived ports, as its vars/main.yml has them.
+    role_vars = yaml.safe_load((REPO / "roles/serving/vars/main.yml").read_text())
+    (tmp_path / "serving_ports.yml").write_text(yaml.safe_dump({"serving_ports": role_vars["serving_ports"]}))
     render = {
         "name": "Render",
         "ansible.builtin.template": {
             "src": str(REPO / "roles/serving/templates/config_server.service.j2"),
-            "dest": f"{units}/{{{{ serving_config.unit }}}}",
+            "dest": f"{units}/{{{{ serving_unit.unit }}}}",
             "mode": "0644",
         },
-        "loop": "{{ fairbench_campaign.configs.values() | list }}",
-        "loop_control": {"loop_var": "serving_config"},
-        "vars": {"serving_campaign": "{{ fairbench_campaign }}"},
+        "loop": "{{ fairbench_campaign.configs.values() | fairbench.fairbench.serving_units(ports) }}",
+        "loop_control": {"loop_var": "serving_unit"},
+        "vars": {
+            "serving_campaign": "{{ fairbench_campaign }}",
+            "serving_config": "{{ fairbench_campaign.configs[serving_unit.config] }}",
+            "ports": "{{ serving_ports }}",
+        },
     }
     results = run_play(
         tmp_path,
         [_load_task(campaign), render],
         # The role's defaults, and executables that exist here (verify checks ExecStart's).
         "-e", f"@{REPO}/roles/serving/defaults/main.yml",
+        "-e", f"@{tmp_path}/serving_ports.yml",
         "-e", f"serving_fairbench_venv={venv} serving_sglang_python={sys.executable}",
+        "-e", f"serving_router_python={sys.executable}",
     )  # fmt: skip
     assert not results["Render"].get("failed"), results["Render"]
     rendered = sorted(units.iterdir())
-    # One unit per config the file names.
-    assert len(rendered) == len(yaml.safe_load((REPO / campaign).read_text())["configs"])
+    # One unit per config the file names, and one more per prefill or decode server.
+    configs = load_campaign(REPO / campaign).configs.values()
+    servers = sum(len(config.disaggregation.servers) for config in configs if config.disaggregation)
+    assert len(rendered) == len(configs) + servers
     return rendered
 
 
@@ -1509,6 +1520,7 @@ def test_a_line_break_in_any_field_adds_no_directive_to_the_unit(tmp_path: Path)
     one's directives in the clean one's order."""
     venv = Path(sys.executable).parent.parent
     defaults = yaml.safe_load((REPO / "roles/serving/defaults/main.yml").read_text())
+    role_vars = yaml.safe_load((REPO / "roles/serving/vars/main.yml").read_text())
     campaign = load_campaign(REPO / "campaigns/demo.yml").to_json()
     cases = _unit_cases(campaign)
     (tmp_path / "units").mkdir()
@@ -1524,6 +1536,9 @@ def test_a_line_break_in_any_field_adds_no_directive_to_the_unit(tmp_path: Path)
             "vars": {
                 "serving_campaign": "{{ item.value.campaign }}",
                 "serving_config": "{{ item.value.config }}",
+                "serving_unit": "{{ ([serving_config] | fairbench.fairbench.serving_units(ports))[0] }}",
+                "ports": "{{ serving_ports }}",
+                "serving_ports": role_vars["serving_ports"],
                 **{
                     name: f"{{{{ item.value.role.get({name!r}, serving_defaults.{name}) }}}}"
                     for name in defaults

@@ -118,8 +118,8 @@ RULES = [
     ),
     pytest.param(
         changed(("configs.tp8.argz", {})),
-        "configs.tp8.argz: unknown key; expected one of extends, args, env, sim, unset, nodes, hosts "
-        "(did you mean 'args'?)",
+        "configs.tp8.argz: unknown key; expected one of extends, args, env, sim, unset, nodes, hosts, "
+        "disaggregation (did you mean 'args'?)",
         id="unknown-config-key",
     ),
     pytest.param(

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
+from fairbench.campaign.disaggregation import OwnDisaggregation, disaggregate
 from fairbench.campaign.findings import Findings
 from fairbench.campaign.fleet import Scheduling
 from fairbench.campaign.model import (
@@ -50,6 +51,7 @@ def expand(
     chains = _extends_chains(findings, layers)
     effective = _effective_settings(findings, common, layers, chains)
     scheduling = _scheduling(layers, chains)
+    disaggregation = _own_disaggregation(layers, chains)
     configs = {
         name: _serving_config(
             campaign,
@@ -59,6 +61,7 @@ def expand(
             chain=chains[name],
             settings=settings,
             scheduling=scheduling[name],
+            disaggregation=disaggregation[name],
         )
         for name, settings in effective.items()
     }
@@ -174,6 +177,20 @@ def _scheduling(layers: Mapping[str, Layer], chains: Mapping[str, tuple[str, ...
     return scheduling
 
 
+def _own_disaggregation(
+    layers: Mapping[str, Layer], chains: Mapping[str, tuple[str, ...]]
+) -> dict[str, OwnDisaggregation | None]:
+    """Each config's ``disaggregation``: that of the nearest config of its chain that sets it (itself
+    first), None where none does."""
+    return {
+        name: next(
+            (layers[link].disaggregation for link in reversed(chain) if layers[link].sets_disaggregation),
+            None,
+        )
+        for name, chain in chains.items()
+    }
+
+
 def _value_count(settings: Settings) -> int:
     """The words a config's flags and variables take on its command line and in its environment."""
     flags = [*settings.args.values(), *settings.sim.values()]
@@ -197,11 +214,18 @@ def _serving_config(
     chain: Sequence[str],
     settings: Settings,
     scheduling: Scheduling,
+    disaggregation: OwnDisaggregation | None,
 ) -> ServingConfig:
     name = chain[-1]
     sglang_argv = ("--model-path", model, *render_flags(settings.args))
     sim_argv = render_flags(settings.sim) if engine == "sim" else []
     gpus, gpus_formula = gpus_needed(settings.args)
+    servers = None
+    if disaggregation is not None:
+        servers = disaggregate(
+            campaign, name, disaggregation, args=settings.args, model=model, sim_argv=sim_argv
+        )
+        gpus, gpus_formula = servers.gpus, servers.gpus_formula()
     return ServingConfig(
         name=name,
         unit=unit_name(campaign, name),
@@ -227,4 +251,5 @@ def _serving_config(
         # Where nodes does not divide gpus, the rules refuse the campaign: the floor only stands in.
         gpus_per_node=gpus // scheduling.nodes,
         hosts=scheduling.hosts,
+        disaggregation=servers,
     )

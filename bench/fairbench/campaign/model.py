@@ -8,8 +8,9 @@ A campaign file is one YAML mapping. It says what to compare (``configs``) and h
 - ``model``: the model id or path every config serves, ``--model-path``; required.
 - ``common``: the ``args``, ``env`` and ``sim`` every config starts from (optional).
 - ``configs``: at least one, by name (a unit name part, as ``name``); each holds any of ``extends`` (the
-  name of the config it inherits from), ``args``, ``env``, ``sim``, ``unset``, and the fleet keys ``nodes``
-  and ``hosts``; required.
+  name of the config it inherits from), ``args``, ``env``, ``sim``, ``unset``, the fleet keys ``nodes``
+  and ``hosts``, and ``disaggregation`` (prefill and decode servers behind a router,
+  ``fairbench.campaign.disaggregation``); required.
 - ``workload``: how every config is driven (below); or ``workloads``: several, by name (letters, digits,
   ``-`` and ``_``, not ``ranks``: ``workload.WORKLOAD_NAME``), each config measured on each by one server
   start, each with its own verdict; exactly one of the two is required. Several workloads share their
@@ -161,7 +162,9 @@ WORKLOAD_TOP_KEYS = ("workload", "workloads")
 SINGLE_WORKLOAD = ""
 """The name ``Campaign.workloads`` gives a campaign's one ``workload``: its sweeps write into each config's
 directory itself, a named workload's into the config directory's ``<name>/`` (``workload_dir``)."""
-CONFIG_KEYS = ("extends", *SECTIONS, "unset", *SCHEDULING_KEYS)
+DISAGGREGATION_KEY = "disaggregation"
+"""A config's prefill and decode servers and their router (``fairbench.campaign.disaggregation``)."""
+CONFIG_KEYS = ("extends", *SECTIONS, "unset", *SCHEDULING_KEYS, DISAGGREGATION_KEY)
 WORKLOAD_REQUIRED = ("api", "dataset", "input_len", "output_len", "prompts_per_level", "warmup")
 """Required always (``input_len`` but where ``shared_prefix`` makes it; none of ``TRACE_SETS`` with a
 trace); the load is also required: ``concurrency``, ``request_rate`` or ``trace_speedup`` (``LOADS``)."""
@@ -354,6 +357,72 @@ class Workload:
         }
 
 
+PREFILL = "prefill"
+DECODE = "decode"
+ROLES = (PREFILL, DECODE)
+"""The server groups of a disaggregated config, in the order their servers take GPUs and ports."""
+ROUTER = "router"
+
+
+@dataclass(frozen=True)
+class RoleServer:
+    """One prefill or decode server of a disaggregated config, expanded."""
+
+    role: str
+    index: int
+    """Its place among its role's servers: ``prefill-0``, ``prefill-1``..."""
+    unit: str
+    args: dict[str, ArgValue]
+    """The config's args, the role's over them, then ``disaggregation-mode`` and ``base-gpu-id``."""
+    argv: tuple[str, ...]
+    """The engine's arguments as a single server's (``--model-path MODEL``, the args, the sim flags)."""
+    gpus: int
+    gpu_ids: tuple[int, ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}-{self.index}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "role": self.role,
+            "unit": self.unit,
+            "args": {
+                key: list(value) if isinstance(value, tuple) else value for key, value in self.args.items()
+            },
+            "argv": list(self.argv),
+            "gpus": self.gpus,
+            "gpu_ids": list(self.gpu_ids),
+        }
+
+
+@dataclass(frozen=True)
+class Disaggregation:
+    """A config's servers, prefill first, and its router's args."""
+
+    servers: tuple[RoleServer, ...]
+    router_args: dict[str, ArgValue]
+
+    @property
+    def gpus(self) -> int:
+        return sum(server.gpus for server in self.servers)
+
+    def gpus_formula(self) -> str:
+        """``prefill 1 x 4 GPUs + decode 1 x 4 GPUs``, for messages."""
+        return " + ".join(
+            f"{role} {len(group)} x {group[0].gpus} GPUs"
+            for role in ROLES
+            if (group := [server for server in self.servers if server.role == role])
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "servers": [server.to_json() for server in self.servers],
+            "router": {"args": dict(self.router_args)},
+        }
+
+
 @dataclass(frozen=True)
 class ServingConfig:
     """One configuration, expanded: what its server is launched with."""
@@ -385,8 +454,14 @@ class ServingConfig:
     """GPUs its server occupies on each of its hosts: ``gpus / nodes``."""
     hosts: str | None
     """The inventory group it is pinned to; None: the campaign's pool."""
+    disaggregation: Disaggregation | None = None
+    """Its prefill and decode servers and router (``campaign.disaggregation.Disaggregation``); None: one
+    server. ``gpus`` is then theirs together."""
 
     def to_json(self) -> dict[str, Any]:
+        disaggregation = (
+            {} if self.disaggregation is None else {DISAGGREGATION_KEY: self.disaggregation.to_json()}
+        )
         return {
             "name": self.name,
             "unit": self.unit,
@@ -403,6 +478,7 @@ class ServingConfig:
             "nodes": self.nodes,
             "gpus_per_node": self.gpus_per_node,
             "hosts": self.hosts,
+            **disaggregation,
         }
 
 

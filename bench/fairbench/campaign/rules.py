@@ -2,7 +2,8 @@
 
 Errors: ``ep-size`` must divide ``tp-size``, ``enable-eplb`` needs ``ep-size`` > 1, a flag may not be
 given both in ``sim`` and in ``args``, a config's ``nodes`` must divide its GPUs (each host runs the same
-share), a server over several hosts holds no data-parallel replicas and needs ``placement: spread``, and
+share), a server over several hosts holds no data-parallel replicas and needs ``placement: spread``, a
+disaggregated config's servers share no GPU and its ``nodes`` stays 1, and
 ``workload.search_resolution`` needs an SLO to search for, and ``expected_start_s`` may not exceed
 ``start_timeout_s``.
 Warnings: CUDA graph settings that differ from ``common`` (they make a comparison unfair unless that is
@@ -20,8 +21,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from fairbench.campaign.disaggregation import gpu_sharing_problems
 from fairbench.campaign.findings import Findings, join_path
 from fairbench.campaign.model import (
+    DISAGGREGATION_KEY,
     EVERY_HOST,
     ArgValue,
     ServingConfig,
@@ -100,6 +103,22 @@ def _node_problems(config: ServingConfig, placement: str) -> list[_Problem]:
     return problems
 
 
+def _disaggregation_problems(config: ServingConfig) -> list[_Problem]:
+    """A disaggregated config's servers never share a GPU, and all run on the job's one host."""
+    if config.disaggregation is None:
+        return []
+    problems = [_Problem(DISAGGREGATION_KEY, rule) for rule in gpu_sharing_problems(config.disaggregation)]
+    if config.nodes > 1:
+        problems.append(
+            _Problem(
+                "nodes",
+                f"a disaggregated config runs its servers and router on one host, not {config.nodes}: "
+                "give each server its GPUs on that host",
+            )
+        )
+    return problems
+
+
 def _cuda_graph_problems(config: ServingConfig) -> list[_Problem]:
     """CUDA graph settings must be the same for every config: a TP8 baseline once lacked the CUDA graphs
     its expert-parallel rivals had, and the comparison was unfair."""
@@ -119,6 +138,7 @@ def report_problems(
             *_parallelism_problems(config.args),
             *_sim_flag_problems(config),
             *_node_problems(config, placement),
+            *_disaggregation_problems(config),
             *_cuda_graph_problems(config),
         ]
         for name, config in configs.items()

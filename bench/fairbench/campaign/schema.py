@@ -35,6 +35,7 @@ from typing import Any
 
 from fairbench.answers.plan import BUILT_IN_TASK
 from fairbench.campaign.checks import UNIT_NAME_PART
+from fairbench.campaign.flag_values import FLAG_NAME
 from fairbench.campaign.fleet import GROUP_NAME
 from fairbench.campaign.fleet_facts import FACTS
 from fairbench.campaign.model import (
@@ -43,10 +44,13 @@ from fairbench.campaign.model import (
     DEFAULT_ISOLATED_HOSTS,
     DEFAULT_NODES,
     DEFAULT_PLACEMENT,
+    DISAGGREGATION_KEY,
     ENGINES,
     LOADS,
     OPEN_LOOP_KEYS,
     PLACEMENTS,
+    ROLES,
+    ROUTER,
     SECTIONS,
     TOP_KEYS,
     TOP_REQUIRED,
@@ -56,7 +60,7 @@ from fairbench.campaign.model import (
     WORKLOAD_TOP_KEYS,
 )
 from fairbench.campaign.sglang_flags import BOUNDED_ARGS, DEPRECATED_ARGS, REJECTED_ARGS, sglang_flags
-from fairbench.campaign.structure import ENV_NAME, FLAG_NAME
+from fairbench.campaign.structure import ENV_NAME
 from fairbench.campaign.workload import (
     AUTO_REPEATS_KEYS,
     BOUNDS,
@@ -80,6 +84,7 @@ from fairbench.measure.bounds import (
     REPEATS,
     REQUEST_RATE,
     REQUESTS,
+    ROLE_SERVERS,
     SEED,
     SHARE,
     SPEEDUP,
@@ -358,8 +363,47 @@ def _config() -> Schema:
             "anyOf": [{"type": "string", "pattern": _anchored(GROUP_NAME)}, {"type": "null"}],
             "default": None,
         },
+        DISAGGREGATION_KEY: _disaggregation(),
     }
     return {"type": "object", "properties": _properties(CONFIG_KEYS, schemas), "additionalProperties": False}
+
+
+def _disaggregation() -> Schema:
+    group = {
+        "type": "object",
+        "properties": {
+            "servers": {**_bounded(ROLE_SERVERS), "description": "Servers of this role.", "default": 1},
+            "args": {
+                **_ref("args"),
+                "description": "SGLang flags over the config's own, for each server of this role.",
+            },
+        },
+        "additionalProperties": False,
+    }
+    return {
+        "description": "Prefill servers and decode servers on GPUs of their own (each a unit, "
+        "--disaggregation-mode set per role, --base-gpu-id taken in turn unless a role sets it) behind "
+        "sglang-router (--pd-disaggregation, router.args its own flags); null: one server. Inherited "
+        "through extends.",
+        "anyOf": [
+            {
+                "type": "object",
+                "properties": {
+                    **{role: {**group, "description": f"The {role} servers."} for role in ROLES},
+                    ROUTER: {
+                        "type": "object",
+                        "properties": {
+                            "args": {"type": "object", "description": "sglang-router's flags, without --."}
+                        },
+                        "additionalProperties": False,
+                    },
+                },
+                "required": list(ROLES),
+                "additionalProperties": False,
+            },
+            {"type": "null"},
+        ],
+    }
 
 
 def _workload() -> Schema:

@@ -7,13 +7,17 @@ SGLang's flag table that the simulator ships (``fairbench/sim/sglang_flags.json`
 takes values and how many, their type and their choices, as its rendered ``--key value`` would be parsed
 by ``sglang.launch_server`` and by ``fairbench sim`` alike. SGLang's own parser remains the stronger judge
 (``fairbench validate --sglang-parser``), but this check needs no SGLang install.
+
+That judge (``check_flag``) takes any tool's flag table recorded from its argparse parser (``FlagTable``):
+sglang-router's flags are judged by it too (``fairbench.campaign.router_flags``).
 """
 
 from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -43,6 +47,8 @@ REJECTED_ARGS = {
         ("nnodes", "node-rank", "dist-init-addr", "nccl-init-addr"),
         "rendered per host by fairbench for a server over several hosts: use the config's nodes: instead",
     ),
+    "disaggregation-mode": "set per server by fairbench from the config's disaggregation key",
+    "disaggregation-bootstrap-port": "set per prefill server by fairbench (the serving role's ports)",
 }
 DEPRECATED_ARGS = {
     "disable-cuda-graph": "deprecated in SGLang 0.5.23: use cuda-graph-backend-decode: disabled "
@@ -56,11 +62,15 @@ BOUNDED_ARGS = {
     "max-running-requests": RUNNING_REQUESTS,
 }
 """SGLang takes any integer for these; the campaign's GPU count and capacity warning read them."""
-# argparse, SGLang's parser, takes a word after a flag that starts with '-' for another flag, unless it
-# reads as a negative number (argparse's own pattern) or holds a space.
+# argparse, SGLang's parser and sglang-router's, takes a word after a flag that starts with '-' for another
+# flag, unless it reads as a negative number (argparse's own pattern) or holds a space.
 _NEGATIVE_NUMBER = re.compile(r"-\d+|-\d*\.\d+")
-_VALUE_COUNTS = {None: "one value", "?": "at most one value", "+": "one or more values"}
-"""What a valued flag takes, by its ``nargs`` in the flag table (``*`` takes any number: every shape)."""
+_VALUE_COUNTS = {None: "one value", 1: "one value", "?": "at most one value", "+": "one or more values"}
+"""What a valued flag takes, by its ``nargs`` in the flag table (``*`` takes any number: every shape; ``1``,
+sglang-router's ``--decode``, exactly one, as ``None`` does)."""
+_TABLE_VALUED_ACTIONS = (*VALUED_ACTIONS, "append")
+"""The actions whose flag is followed by values: the simulator's, and sglang-router's ``append`` (its
+``--prefill`` and ``--decode``), which takes values as ``store`` does when the flag is rendered once."""
 _VALUE_KINDS = {"int": "an integer", "float": "a number", "loads": "JSON"}
 """The flag table's value types whose converters fail with a bare ValueError, in words (the others'
 errors say what is wrong themselves)."""
@@ -76,18 +86,38 @@ def check_arg(findings: Findings, path: str, key: str, value: ArgValue) -> None:
     elif key in BOUNDED_ARGS and not within(value, BOUNDED_ARGS[key]):
         findings.error(path, bound_problem(BOUNDED_ARGS[key], value))
     else:
-        _check_sglang_flag(findings, path, key, value)
+        check_flag(findings, path, key, value, _sglang_table())
+
+
+@dataclass(frozen=True)
+class FlagTable:
+    """A tool's flags as its own argparse parser takes them, with the words its messages use: one judge
+    (``check_flag``) for every tool whose flags a campaign may set."""
+
+    flags: Mapping[str, Mapping[str, Any]]
+    """Each option of the table by its campaign spelling (``flags_by_spelling``)."""
+    suggestions: tuple[str, ...]
+    """The flags an unknown one may be taken for: never one the campaign rejects."""
+    unknown: str
+    """The message for a flag the tool lacks, before its did-you-mean."""
+    parser: str
+    """Whose parser a value would reach, for a value it would take for a flag."""
+
+
+def flags_by_spelling(options: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """A flag table's options by their campaign spelling (no ``--``), every alias and ``no-`` form
+    included."""
+    return {
+        option_string.removeprefix("--"): option
+        for option in options
+        for option_string in option["option_strings"]
+    }
 
 
 @cache
 def sglang_flags() -> dict[str, dict[str, Any]]:
-    """SGLang's flags from the simulator's flag table, by their campaign spelling (no ``--``), every alias
-    and ``no-`` form included."""
-    return {
-        option_string.removeprefix("--"): option
-        for option in flag_table()["options"]
-        for option_string in option["option_strings"]
-    }
+    """SGLang's flags from the simulator's flag table, by their campaign spelling."""
+    return flags_by_spelling(flag_table()["options"])
 
 
 @cache
@@ -96,25 +126,36 @@ def _suggested_flags() -> tuple[str, ...]:
     return tuple(flag for flag in sglang_flags() if flag not in REJECTED_ARGS)
 
 
-def _check_sglang_flag(findings: Findings, path: str, key: str, value: ArgValue) -> None:
-    """``--key value`` as rendered, judged the way SGLang's parser would judge it."""
-    option = sglang_flags().get(key)
+@cache
+def _sglang_table() -> FlagTable:
+    """SGLang's flags for ``check_flag``, the messages naming SGLang's version as the table records it."""
+    return FlagTable(
+        flags=sglang_flags(),
+        suggestions=_suggested_flags(),
+        unknown=f"unknown SGLang {sglang_version()} flag",
+        parser="SGLang's parser",
+    )
+
+
+def check_flag(findings: Findings, path: str, key: str, value: ArgValue, table: FlagTable) -> None:
+    """``--key value`` as rendered, judged the way the table's tool would parse it: one error per
+    mistake."""
+    option = table.flags.get(key)
     if option is None:
-        suggestion = findings.did_you_mean(key, _suggested_flags())
-        findings.error(path, f"unknown SGLang {sglang_version()} flag{suggestion}")
-    elif option["action"] not in VALUED_ACTIONS:
+        findings.error(path, table.unknown + findings.did_you_mean(key, table.suggestions))
+    elif option["action"] not in _TABLE_VALUED_ACTIONS:
         if not isinstance(value, bool):
             findings.error(path, f"must be true or false, got {describe(value)}")
     elif not _takes(option["nargs"], value):
         findings.error(path, f"takes {_VALUE_COUNTS[option['nargs']]}, got {describe(value)}")
     else:
         for item_path, item in _rendered_values(path, value):
-            problem = _value_problem(option, item)
+            problem = _value_problem(option, item, table.parser)
             if problem is not None:
                 findings.error(item_path, problem)
 
 
-def _takes(nargs: str | None, value: ArgValue) -> bool:
+def _takes(nargs: str | int | None, value: ArgValue) -> bool:
     """Whether a valued flag takes a value of this shape. A boolean renders the flag bare (true) or leaves
     it out (false), which suits only a flag whose value is optional; a list suits only a flag of several."""
     if isinstance(value, bool):
@@ -133,12 +174,12 @@ def _rendered_values(path: str, value: ArgValue) -> list[tuple[str, Scalar]]:
     return [(path, value)]
 
 
-def _value_problem(option: Mapping[str, Any], value: Scalar) -> str | None:
-    """What SGLang's parser would object to in one rendered value: taken for a flag, not of the flag's
-    type (converted by the simulator's copies of SGLang's converters), or not among its choices."""
+def _value_problem(option: Mapping[str, Any], value: Scalar, parser: str) -> str | None:
+    """What the tool's parser would object to in one rendered value: taken for a flag, not of the flag's
+    type (converted by the simulator's copies of the tools' converters), or not among its choices."""
     word = str(value)
     if word.startswith("-") and not _NEGATIVE_NUMBER.fullmatch(word) and " " not in word:
-        return f"{describe(value)} starts with '-': SGLang's parser would take it for a flag"
+        return f"{describe(value)} starts with '-': {parser} would take it for a flag"
     kind = option["type"] or "str"
     try:
         converted = CONVERTERS[kind](word)

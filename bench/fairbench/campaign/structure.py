@@ -23,53 +23,20 @@ from fairbench.campaign.checks import (
     named_entries,
     unit_name_part,
 )
+from fairbench.campaign.disaggregation import OwnDisaggregation, own_disaggregation
 from fairbench.campaign.findings import Findings, describe, join_path
+from fairbench.campaign.flag_values import flags, sglang_args
 from fairbench.campaign.fleet import OwnScheduling, own_scheduling
 from fairbench.campaign.model import (
     CONFIG_KEYS,
+    DISAGGREGATION_KEY,
     SCHEDULING_KEYS,
     SECTIONS,
-    ArgValue,
     Settings,
     UnsetKeys,
 )
-from fairbench.campaign.sglang_flags import check_arg
 
-FLAG_NAME = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def _flags(findings: Findings, path: str, value: object) -> dict[str, ArgValue]:
-    """Command-line flags spelled without ``--``, with their values."""
-    flags: dict[str, ArgValue] = {}
-    for key, item in keyed(findings, path, value).items():
-        key_path = join_path(path, key)
-        if not FLAG_NAME.fullmatch(key):
-            findings.error(
-                key_path, "is not a flag as on the command line: lowercase words joined by '-', no '--'"
-            )
-        elif isinstance(item, bool) or is_scalar(item):
-            if fits_a_unit(findings, key_path, item):
-                flags[key] = item
-        elif isinstance(item, list) and item and all(is_scalar(element) for element in item):
-            fits = [fits_a_unit(findings, f"{key_path}[{i}]", element) for i, element in enumerate(item)]
-            if all(fits):
-                flags[key] = tuple(item)
-        else:
-            findings.error(
-                key_path,
-                "must be true, false, a number, a string or a non-empty list of numbers and strings, "
-                f"got {describe(item)}",
-            )
-    return flags
-
-
-def _sglang_args(findings: Findings, path: str, value: object) -> dict[str, ArgValue]:
-    """``_flags``, each then judged by the rules on single SGLang flags where it is written."""
-    args = _flags(findings, path, value)
-    for key, item in args.items():
-        check_arg(findings, join_path(path, key), key, item)
-    return args
 
 
 def _env(findings: Findings, path: str, value: object) -> dict[str, str]:
@@ -93,9 +60,9 @@ def _env(findings: Findings, path: str, value: object) -> dict[str, str]:
 
 def _settings(fields: Fields) -> Settings:
     return Settings(
-        args=fields.get("args", _sglang_args, {}),
+        args=fields.get("args", sglang_args, {}),
         env=fields.get("env", _env, {}),
-        sim=fields.get("sim", _flags, {}),
+        sim=fields.get("sim", flags, {}),
     )
 
 
@@ -144,6 +111,10 @@ class Layer:
     own: Settings
     unset: UnsetKeys
     scheduling: OwnScheduling
+    disaggregation: OwnDisaggregation | None = None
+    sets_disaggregation: bool = False
+    """Whether the entry has ``disaggregation``: null there makes a disaggregated parent's child one
+    server."""
 
 
 def _parent_name(findings: Findings, path: str, value: object) -> str | None:
@@ -160,6 +131,8 @@ def _layer(findings: Findings, path: str, value: object) -> Layer:
         own=_settings(fields),
         unset=fields.get("unset", _unset, UnsetKeys()),
         scheduling=own_scheduling(fields),
+        disaggregation=fields.get(DISAGGREGATION_KEY, own_disaggregation, None),
+        sets_disaggregation=DISAGGREGATION_KEY in fields,
     )
 
 

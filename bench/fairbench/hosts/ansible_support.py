@@ -252,8 +252,14 @@ def _get(url: str, timeout_s: float) -> tuple[int, bytes]:
         return exc.code, exc.read()
 
 
-def wait_until_healthy(base_url: str, unit: str, timeout_s: float) -> dict[str, Any]:
-    """Poll ``/health_generate`` until it answers 200; returns ``/server_info``.
+def wait_until_healthy(
+    base_url: str,
+    unit: str,
+    timeout_s: float,
+    health_path: str = HEALTH_PATH,
+    info_path: str = "/server_info",
+) -> dict[str, Any]:
+    """Poll ``health_path`` (SGLang's ``/health_generate``) until it answers 200; returns ``info_path``.
 
     Between probes the unit's state is read, so a server that dies while loading fails at once
     (``ServingError``) instead of after the whole timeout, which is an hour for a large model.
@@ -266,10 +272,10 @@ def wait_until_healthy(base_url: str, unit: str, timeout_s: float) -> dict[str, 
             raise ServingError(
                 f"{unit} is {state.get('ActiveState')} ({state.get('SubState')}, "
                 f"result {state.get('Result')}, exit status {state.get('ExecMainStatus')}) "
-                f"before {HEALTH_PATH} answered"
+                f"before {health_path} answered"
             )
         try:
-            status, body = _get(base_url + HEALTH_PATH, min(HEALTH_REQUEST_TIMEOUT_S, timeout_s))
+            status, body = _get(base_url + health_path, min(HEALTH_REQUEST_TIMEOUT_S, timeout_s))
         except (OSError, urllib.error.URLError) as exc:
             last_answer = f"{type(exc).__name__}: {exc}"
         else:
@@ -278,12 +284,12 @@ def wait_until_healthy(base_url: str, unit: str, timeout_s: float) -> dict[str, 
             last_answer = f"HTTP {status}: {body[:200].decode(errors='replace')}"
         if time.monotonic() >= deadline:
             raise ServingError(
-                f"{base_url}{HEALTH_PATH} not healthy after {timeout_s:g} s (last: {last_answer})"
+                f"{base_url}{health_path} not healthy after {timeout_s:g} s (last: {last_answer})"
             )
         time.sleep(HEALTH_POLL_INTERVAL_S)
-    status, body = _get(base_url + "/server_info", HEALTH_REQUEST_TIMEOUT_S)
+    status, body = _get(base_url + info_path, HEALTH_REQUEST_TIMEOUT_S)
     if status != 200:
-        raise ServingError(f"{base_url}/server_info answered HTTP {status}")
+        raise ServingError(f"{base_url}{info_path} answered HTTP {status}")
     info: dict[str, Any] = json.loads(body)
     return info
 

@@ -44,6 +44,22 @@ from fairbench.measure.status import JOURNAL_FILE
 from fairbench.measure.sweep import SweepSpec
 
 UNIT_DIR = Path("/etc/systemd/system")
+SERVERS_DIR = "servers"
+"""Where a disaggregated config's prefill and decode servers' files go: ``servers/<name>/``."""
+ROUTER_HEALTH_PATH = "/readiness"
+"""sglang-router's readiness: 200 once a prefill and a decode server are healthy behind it (its /health is
+200 from its start, workers or not)."""
+ROUTER_INFO_PATH = "/get_server_info"
+
+
+@dataclass(frozen=True)
+class WorkerUnit:
+    """A disaggregated config's prefill or decode server: started, and healthy, before its router."""
+
+    unit: str
+    name: str
+    """``prefill-0``, ``decode-1``: its directory under ``servers/``."""
+    url: str
 
 
 @dataclass(frozen=True)
@@ -88,6 +104,8 @@ class JobRun:
     """What the server answers before its sweep (campaign.json's ``answers``); None: nothing."""
     answers_note: str | None = None
     """What it answered, in one line (``answers.check.summary``), or why it could not be asked."""
+    workers: list[WorkerUnit] = field(default_factory=list)
+    """A disaggregated config's servers, in start order; ``unit`` and ``url`` are then its router's."""
     stage: str = "clean"
     started: bool = False
     timeline: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(TIMELINE_KEYS))
@@ -130,13 +148,7 @@ def run_job(job: JobRun) -> JobRun:
         job.timeline["unit_started_at"] = since
         # Started from here on: even a failed restart leaves a journal worth saving, and a unit to stop.
         job.started = True
-        _systemctl("restart", job.unit)
-        _copy_unit(job)
-        job.stage = "health"
-        try:
-            server_info = wait_until_healthy(job.url, job.unit, job.start_timeout_s)
-        except ServingError as exc:
-            raise StageError("health", str(exc)) from None
+        server_info = _start(job, since + job.start_timeout_s)
         job.timeline["healthy_at"] = time.time()
         _write_json(job.out / SERVER_INFO_FILE, server_info)
         _write_json(job.out / HOST_FILE, host_facts(job.unit, job.clock_lock))
@@ -160,6 +172,36 @@ def run_job(job: JobRun) -> JobRun:
     job.stage = "stop"
     _stop(job, since, failing=False)
     return job
+
+
+def _start(job: JobRun, deadline: float) -> dict[str, Any]:
+    """Start the job's units and wait until each is healthy: a disaggregated config's servers at once, then
+    its router once they all are. Returns what server_info.json holds: the one server's /server_info, or a
+    disaggregated config's first decode server's (each server's is in ``servers/<name>/``)."""
+    for worker in job.workers:
+        _systemctl("restart", worker.unit)
+        _copy_unit(job.out / SERVERS_DIR / worker.name, worker.unit)
+    job.stage = "health"
+    infos = {}
+    for worker in job.workers:
+        infos[worker.name] = _healthy(worker.url, worker.unit, deadline, f"{worker.name}: ")
+        _write_json(job.out / SERVERS_DIR / worker.name / SERVER_INFO_FILE, infos[worker.name])
+    job.stage = "start"
+    _systemctl("restart", job.unit)
+    _copy_unit(job.out, job.unit)
+    job.stage = "health"
+    if not job.workers:
+        return _healthy(job.url, job.unit, deadline, "")
+    _healthy(job.url, job.unit, deadline, "router: ", ROUTER_HEALTH_PATH, ROUTER_INFO_PATH)
+    return next(info for name, info in infos.items() if name.startswith("decode-"))
+
+
+def _healthy(url: str, unit: str, deadline: float, label: str, *paths: str) -> dict[str, Any]:
+    """``wait_until_healthy`` until ``deadline``; a failure is the health stage's, naming the server."""
+    try:
+        return wait_until_healthy(url, unit, max(deadline - time.time(), 0.0), *paths)
+    except ServingError as exc:
+        raise StageError("health", label + str(exc)) from None
 
 
 def _check_answers(job: JobRun) -> None:
@@ -285,10 +327,12 @@ def _stop(job: JobRun, since: float | None, *, failing: bool) -> None:
     if since is None:
         return
     stop_error = None
-    try:
-        _systemctl("stop", job.unit)
-    except StageError as exc:
-        stop_error = exc
+    # The router first, then its servers in reverse start order.
+    for unit in [job.unit, *(worker.unit for worker in reversed(job.workers))]:
+        try:
+            _systemctl("stop", unit)
+        except StageError as exc:
+            stop_error = stop_error or exc
     _save_journal(job, since)
     if stop_error is not None and not failing:
         raise stop_error
@@ -306,17 +350,21 @@ def _systemctl(action: str, unit: str) -> None:
         raise StageError(stage, f"systemctl {action} {unit}: {done.stderr.strip() or done.returncode}")
 
 
-def _copy_unit(job: JobRun) -> None:
+def _copy_unit(directory: Path, unit: str) -> None:
     # A unit kept elsewhere is not copied: the report notes unit.service missing.
     with contextlib.suppress(OSError):
-        (job.out / UNIT_FILE).write_bytes((UNIT_DIR / job.unit).read_bytes())
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / UNIT_FILE).write_bytes((UNIT_DIR / unit).read_bytes())
 
 
 def _save_journal(job: JobRun, since: float) -> None:
+    """Every unit of the job in one journal, in time order (a disaggregated config's lines each name their
+    server: the units' SyslogIdentifier)."""
+    units = [job.unit, *(worker.unit for worker in job.workers)]
     shown = subprocess.run(
         [
             "journalctl",
-            f"--unit={job.unit}",
+            *(f"--unit={unit}" for unit in units),
             f"--since=@{int(since)}",
             f"--lines={job.journal_lines}",
             "--output=short-iso",

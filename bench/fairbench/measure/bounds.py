@@ -57,6 +57,8 @@ GPUS = Bound(1, 4096, "GPUs")
 """A parallel size (tp, ep, pp, dp) or a GPU count: the largest multi-node deployments use hundreds."""
 NODES = Bound(1, 64, "hosts")
 """Hosts one server spans (SGLang's ``--nnodes``): the largest deployments span tens of 8-GPU hosts."""
+ROLE_SERVERS = Bound(1, 64, "servers")
+"""Prefill or decode servers of one disaggregated config: more than a host's GPUs is a mistake already."""
 GPU_INDEX = Bound(0, 4095, "(an NVML index)")
 RUNNING_REQUESTS = Bound(1, 1_000_000, "requests")
 """A server's cap on requests in flight (max-running-requests)."""
