@@ -19,6 +19,9 @@
 #   FAIRBENCH_LAB_SSH_PORT_BASE      lab<i> sshd listens on BASE+i             (2220)
 #   FAIRBENCH_LAB_SERVICE_PORT_BASE  lab<i> serving_port is BASE+i             (30000)
 #   FAIRBENCH_LAB_DIST_PORT_BASE     lab<i> serving_dist_init_port is BASE+i   (31000)
+#   FAIRBENCH_LAB_WORKER_PORT_BASE   lab<i> serving_worker_port is BASE+100i   (30000)
+#   FAIRBENCH_LAB_BOOTSTRAP_PORT_BASE lab<i> serving_bootstrap_port is BASE+100i (32000)
+#   FAIRBENCH_LAB_ROUTER_METRICS_PORT_BASE lab<i> serving_router_metrics_port is BASE+i (29000)
 #   FAIRBENCH_LAB_MIRROR             Debian mirror URI; default: read from this machine's apt sources
 #   FAIRBENCH_LAB_INVENTORY          where `up` writes the inventory           (<repo>/inventory/lab.yml)
 #   FAIRBENCH_LAB_BOOT_TIMEOUT       seconds to wait for each host's SSH       (90)
@@ -49,6 +52,9 @@ readonly STATE=${FAIRBENCH_LAB_DIR:-/var/lib/fairbench-lab}
 readonly SSH_PORT_BASE=${FAIRBENCH_LAB_SSH_PORT_BASE:-2220}
 readonly SERVICE_PORT_BASE=${FAIRBENCH_LAB_SERVICE_PORT_BASE:-30000}
 readonly DIST_PORT_BASE=${FAIRBENCH_LAB_DIST_PORT_BASE:-31000}
+readonly WORKER_PORT_BASE=${FAIRBENCH_LAB_WORKER_PORT_BASE:-30000}
+readonly BOOTSTRAP_PORT_BASE=${FAIRBENCH_LAB_BOOTSTRAP_PORT_BASE:-32000}
+readonly ROUTER_METRICS_PORT_BASE=${FAIRBENCH_LAB_ROUTER_METRICS_PORT_BASE:-29000}
 readonly INVENTORY=${FAIRBENCH_LAB_INVENTORY:-$REPO/inventory/lab.yml}
 readonly BOOT_TIMEOUT=${FAIRBENCH_LAB_BOOT_TIMEOUT:-90}
 # Every host sees this directory of this machine read-only at the same path, as a fleet shares an NFS export:
@@ -294,6 +300,11 @@ ssh_port() { echo $((SSH_PORT_BASE + ${1#lab})); }
 service_port() { echo $((SERVICE_PORT_BASE + ${1#lab})); }
 # Where lab<i> listens for the other ranks of a server over several hosts it is rank 0 of.
 dist_port() { echo $((DIST_PORT_BASE + ${1#lab})); }
+# Where lab<i>'s disaggregated configs put their prefill and decode servers (a hundred ports each), their
+# prefill servers' KV bootstrap, and their router's metrics.
+worker_port() { echo $((WORKER_PORT_BASE + 100 * ${1#lab})); }
+bootstrap_port() { echo $((BOOTSTRAP_PORT_BASE + 100 * ${1#lab})); }
+router_metrics_port() { echo $((ROUTER_METRICS_PORT_BASE + ${1#lab})); }
 
 # Names of the hosts of the current (or stale) lab, from the state directory.
 lab_hosts() {
@@ -452,8 +463,8 @@ write_inventory() {
     mkdir -p "$(dirname "$INVENTORY")"
     {
         echo "# Written by tests/lab/lab.sh up: the systemd-nspawn lab hosts on this machine (make lab-up)."
-        echo "# Each host has its own sshd port, serving_port and serving_dist_init_port on 127.0.0.1 (they share"
-        echo "# this machine's network)."
+        echo "# Each host has its own sshd port and serving ports on 127.0.0.1 (they share this machine's"
+        echo "# network)."
         echo "all:"
         echo "  children:"
         echo "    gpu_hosts:"
@@ -463,6 +474,9 @@ write_inventory() {
             echo "          ansible_port: $(ssh_port "$host")"
             echo "          serving_port: $(service_port "$host")"
             echo "          serving_dist_init_port: $(dist_port "$host")"
+            echo "          serving_worker_port: $(worker_port "$host")"
+            echo "          serving_bootstrap_port: $(bootstrap_port "$host")"
+            echo "          serving_router_metrics_port: $(router_metrics_port "$host")"
         done
         echo "      vars:"
         echo "        ansible_host: 127.0.0.1"

@@ -260,3 +260,13 @@ def served_units(config: Mapping[str, Any], ports: HostPorts) -> list[dict[str, 
         }
     )
     return units
+
+
+def worker_units(config: Mapping[str, Any], ports: HostPorts) -> list[dict[str, str]]:
+    """A disaggregated config's prefill and decode servers as a job starts them before its router (each
+    ``unit``, ``name`` and ``url``); none for a single server."""
+    return [
+        {"unit": unit["unit"], "name": unit["name"], "url": unit["url"]}
+        for unit in served_units(config, ports)
+        if unit["role"] in ROLES
+    ]

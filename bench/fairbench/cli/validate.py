@@ -9,7 +9,7 @@ from pathlib import Path
 
 from fairbench.campaign.findings import CampaignError
 from fairbench.campaign.load import load_campaign
-from fairbench.campaign.model import DEFAULT_NODES, SINGLE_WORKLOAD, Campaign, ServingConfig
+from fairbench.campaign.model import DEFAULT_NODES, SINGLE_WORKLOAD, Campaign, ServingConfig, render_flags
 from fairbench.campaign.sglang_parser import SGLangParserError, check_campaign
 from fairbench.cli.campaign_plan import campaign_forecast, history_dir, plan_lines
 from fairbench.cli.inventory_hosts import InventoryError, InventoryHosts, read_inventory
@@ -162,9 +162,17 @@ def summary_lines(campaign: Campaign) -> list[str]:
     width = max((len(name) for name in campaign.configs), default=0)
     for config in campaign.configs.values():
         environment = [f"{key}={value}" for key, value in config.env.items()]
-        command = shlex.join([*environment, *config.argv])
         placed = placement_note(config)
-        lines.append(f"  {config.name:<{width}}  {command}" + (f"  # {placed}" if placed else ""))
+        if config.disaggregation is None:
+            command = shlex.join([*environment, *config.argv])
+            lines.append(f"  {config.name:<{width}}  {command}" + (f"  # {placed}" if placed else ""))
+            continue
+        # Each server's own line, then the router's flags: the ports are the host's, rendered at deploy.
+        lines.append(f"  {config.name:<{width}}  # {config.gpus_formula}" + (f", {placed}" if placed else ""))
+        for server in config.disaggregation.servers:
+            lines.append(f"    {server.name}: {shlex.join([*environment, *server.argv])}")
+        router = shlex.join(render_flags(config.disaggregation.router_args))
+        lines.append(f"    router: --pd-disaggregation {router}".rstrip())
     decided_on = stopping_margin(campaign.to_json())
     for name, workload in campaign.workloads.items():
         title = "workload" if name == SINGLE_WORKLOAD else f"workload {name}"
