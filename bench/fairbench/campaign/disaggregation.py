@@ -18,7 +18,7 @@ job's one host: a config's ``nodes`` stays 1.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +41,7 @@ from fairbench.campaign.router_flags import check_router_arg
 from fairbench.measure.bounds import ROLE_SERVERS
 
 DISAGGREGATION_KEYS = (*ROLES, ROUTER)
-GROUP_KEYS = ("servers", "args")
+GROUP_KEYS = ("servers", "args", "sim")
 ROUTER_KEYS = ("args",)
 BASE_GPU_ID = "base-gpu-id"
 """SGLang's first GPU of a server: where a role's args do not set it, the servers take the GPUs in turn."""
@@ -53,6 +53,8 @@ class RoleGroup:
 
     servers: int
     args: dict[str, ArgValue]
+    sim: dict[str, ArgValue]
+    """The simulator's flags over the config's, with ``engine: sim`` (a fault in one role, say)."""
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,9 @@ class OwnDisaggregation:
 def _group(findings: Findings, path: str, value: object) -> RoleGroup:
     fields = mapping(findings, path, value, GROUP_KEYS)
     return RoleGroup(
-        servers=fields.get("servers", bounded(ROLE_SERVERS), 1), args=fields.get("args", sglang_args, {})
+        servers=fields.get("servers", bounded(ROLE_SERVERS), 1),
+        args=fields.get("args", sglang_args, {}),
+        sim=fields.get("sim", flags, {}),
     )
 
 
@@ -107,8 +111,8 @@ def own_disaggregation(findings: Findings, path: str, value: object) -> OwnDisag
                 "(servers, args)",
             )
     return OwnDisaggregation(
-        prefill=fields.get(PREFILL, _group, RoleGroup(1, {})),
-        decode=fields.get(DECODE, _group, RoleGroup(1, {})),
+        prefill=fields.get(PREFILL, _group, RoleGroup(1, {}, {})),
+        decode=fields.get(DECODE, _group, RoleGroup(1, {}, {})),
         router_args=fields.get(ROUTER, _router, {}),
     )
 
@@ -127,15 +131,17 @@ def disaggregate(
     *,
     args: Mapping[str, ArgValue],
     model: str,
-    sim_argv: Sequence[str],
+    sim: Mapping[str, ArgValue] | None,
 ) -> Disaggregation:
-    """The config's servers: each role's args over the config's ``args``, GPUs taken in turn."""
+    """The config's servers: each role's args over the config's ``args`` (and its simulator flags over the
+    config's ``sim``, None unless the engine is the simulator), GPUs taken in turn."""
     servers: list[RoleServer] = []
     next_gpu = 0
     for role in ROLES:
         group = own.group(role)
         for index in range(group.servers):
             server_args = {**args, **group.args, "disaggregation-mode": role}
+            sim_argv = [] if sim is None else render_flags({**sim, **group.sim})
             gpus, _ = gpus_needed(server_args)
             base = server_args.get(BASE_GPU_ID)
             first = base if isinstance(base, int) and not isinstance(base, bool) else next_gpu

@@ -222,9 +222,8 @@ def _serving_config(
     gpus, gpus_formula = gpus_needed(settings.args)
     servers = None
     if disaggregation is not None:
-        servers = disaggregate(
-            campaign, name, disaggregation, args=settings.args, model=model, sim_argv=sim_argv
-        )
+        role_sim = settings.sim if engine == "sim" else None
+        servers = disaggregate(campaign, name, disaggregation, args=settings.args, model=model, sim=role_sim)
         gpus, gpus_formula = servers.gpus, servers.gpus_formula()
     return ServingConfig(
         name=name,

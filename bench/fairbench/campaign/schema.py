@@ -377,6 +377,7 @@ def _disaggregation() -> Schema:
                 **_ref("args"),
                 "description": "SGLang flags over the config's own, for each server of this role.",
             },
+            "sim": {**_ref("sim"), "description": "The simulator's flags over the config's own."},
         },
         "additionalProperties": False,
     }

@@ -14,10 +14,11 @@ either config sets or unsets differently from ``common`` (campaign.json's ``decl
 between two runs, a key whose value differs between the two runs' campaign.json. A server field is
 matched to a declared SGLang flag by argparse's rule (``--ep-size`` is ``ep_size``), nested fields
 included (``--cuda-graph-config`` covers ``cuda_graph_config.decode.backend``); two configs whose
-``nodes`` differ declare the fields that follow from it (``NODES_FIELDS``). *Derived* differences
-are values the server computes from its GPUs' memory and the parallel layout, unless a flag that sets
-the value explicitly differs between the two launch commands without the campaign declaring it. Every
-other difference is a *threat* to the comparison.
+``nodes`` differ declare the fields that follow from it (``NODES_FIELDS``), and a disaggregated config
+declares the flags its roles set over its own (its server_info.json is its first decode server's).
+*Derived* differences are values the server computes from its GPUs' memory and the parallel layout,
+unless a flag that sets the value explicitly differs between the two launch commands without the campaign
+declaring it. Every other difference is a *threat* to the comparison.
 
 Which pairs are compared follows the run's placement: under ``spread`` every pair of configs, each merged
 over its hosts, with the settings files of its first directory (its rank-0 host's); under ``every-host``
@@ -406,10 +407,24 @@ def declared_between_configs(run: Run, a: str, b: str) -> Declared:
         )
 
     return Declared(
-        args=section_keys("args"),
+        args=section_keys("args") | _role_keys(entries[0]) | _role_keys(entries[1]),
         env=section_keys("env"),
         sim=section_keys("sim"),
         nodes=_nodes(entries[0]) != _nodes(entries[1]),
+    )
+
+
+def _role_keys(entry: Mapping[str, Any]) -> frozenset[str]:
+    """A disaggregated config's flags its roles set over its own (``disaggregation-mode``, ``base-gpu-id``,
+    each role's args): declared by its ``disaggregation`` key, since its server_info.json is one of those
+    servers'."""
+    args = entry.get("args") or {}
+    servers = (entry.get("disaggregation") or {}).get("servers") or []
+    return frozenset(
+        key
+        for server in servers
+        for key, value in (server.get("args") or {}).items()
+        if args.get(key) != value
     )
 
 
