@@ -144,6 +144,10 @@ def test_mistakes_of_a_disaggregated_config_are_one_line_each_before_anything_is
                 }
             },
             "two-hosts": {"nodes": 2, "disaggregation": {"prefill": {}, "decode": {}}},
+            "fake": {
+                "args": {"disaggregation-transfer-backend": "fake"},
+                "disaggregation": {"prefill": {}, "decode": {}},
+            },
         }
     )
     assert errors == [
@@ -155,6 +159,9 @@ def test_mistakes_of_a_disaggregated_config_are_one_line_each_before_anything_is
         "you mean 'policy'?)",
         "pd.yml: configs.shared.disaggregation.router.args.port: set per host by the serving role, not by "
         "the campaign",
+        "pd.yml: configs.fake.disaggregation: its prefill servers would use disaggregation-transfer-backend "
+        "fake, which SGLang 0.5.23 refuses for a prefill server (fake stands in for the transfer on a decode "
+        "server alone)",
         "pd.yml: configs.shared.disaggregation: decode-0 and prefill-0 would share GPU 2, 3: each GPU serves "
         "one server (set base-gpu-id apart, or leave it to fairbench)",
         "pd.yml: configs.two-hosts.nodes: a disaggregated config runs its servers and router on one host, "

@@ -26,6 +26,7 @@ from fairbench.campaign.findings import Findings, join_path
 from fairbench.campaign.model import (
     DISAGGREGATION_KEY,
     EVERY_HOST,
+    PREFILL,
     ArgValue,
     ServingConfig,
     Settings,
@@ -104,10 +105,22 @@ def _node_problems(config: ServingConfig, placement: str) -> list[_Problem]:
 
 
 def _disaggregation_problems(config: ServingConfig) -> list[_Problem]:
-    """A disaggregated config's servers never share a GPU, and all run on the job's one host."""
+    """A disaggregated config's servers never share a GPU, and all run on the job's one host; its prefill
+    servers use a transfer backend SGLang allows them."""
     if config.disaggregation is None:
         return []
     problems = [_Problem(DISAGGREGATION_KEY, rule) for rule in gpu_sharing_problems(config.disaggregation)]
+    if any(
+        server.role == PREFILL and server.args.get("disaggregation-transfer-backend") == "fake"
+        for server in config.disaggregation.servers
+    ):
+        problems.append(
+            _Problem(
+                DISAGGREGATION_KEY,
+                "its prefill servers would use disaggregation-transfer-backend fake, which SGLang 0.5.23 "
+                "refuses for a prefill server (fake stands in for the transfer on a decode server alone)",
+            )
+        )
     if config.nodes > 1:
         problems.append(
             _Problem(
