@@ -47,7 +47,8 @@ lint: $(STAMP)
 lab-test: $(STAMP)
 	$(BIN)/pytest --durations=25 -m lab --junitxml=build/lab-test.xml \
 		tests/lab/test_provision_lab.py tests/lab/test_lab_hosts.py tests/lab/test_campaign_lab.py \
-		tests/lab/test_fleet_lab.py tests/lab/test_collection_lab.py tests/lab/test_py310_lab.py
+		tests/lab/test_fleet_lab.py tests/lab/test_disaggregation_lab.py tests/lab/test_collection_lab.py \
+		tests/lab/test_py310_lab.py
 
 # Real SGLang provisioned onto lab1 and run as campaign units; needs lab1 without SGLang: a fresh lab, or the
 # lab lab-test ran on (its provisioning tests provision its second host only). CI runs it beside lab-test, on

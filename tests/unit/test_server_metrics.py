@@ -15,6 +15,7 @@ from fairbench.measure.server_metrics import (
     ServerMetricsSampler,
     parse_metrics,
     point_fields,
+    role_fields,
 )
 
 LABELS = 'model_name="m",engine_type="unified",tp_rank="0",pp_rank="0"'
@@ -194,3 +195,36 @@ def test_the_sampler_reports_a_server_without_metrics(metrics_url: str) -> None:
         sampler.begin()
         scrapes = sampler.end()
     assert isinstance(scrapes.before, str) and "HTTP 404" in scrapes.before
+
+
+def _decode_page(transferred: int, latency_ms_sum: float, queue: int) -> str:
+    """A decode server's page as SGLang 0.5.23 writes its disaggregation families."""
+    labels = 'model_name="m",engine_type="decode",tp_rank="0",pp_rank="0"'
+    return f"""# TYPE sglang:generation_tokens_total counter
+sglang:generation_tokens_total{{model_name="m"}} {100 * transferred}.0
+# TYPE sglang:num_decode_transfer_queue_reqs gauge
+sglang:num_decode_transfer_queue_reqs{{{labels}}} {queue}.0
+# TYPE sglang:num_transfer_failed_reqs_total counter
+sglang:num_transfer_failed_reqs_total{{{labels}}} 1.0
+# TYPE sglang:kv_transfer_latency_ms histogram
+sglang:kv_transfer_latency_ms_bucket{{{labels},le="+Inf"}} {transferred}.0
+sglang:kv_transfer_latency_ms_count{{{labels}}} {transferred}.0
+sglang:kv_transfer_latency_ms_sum{{{labels}}} {latency_ms_sum}
+"""
+
+
+def test_a_disaggregated_servers_fields_are_its_queues_failures_and_mean_transfer_over_the_point() -> None:
+    # 10 transfers before the point, 30 after it: the point's 20 took 300 ms in all, 15 ms each.
+    before = Scrape(0, parse_metrics(_decode_page(10, 200.0, 0)))
+    during = [Scrape(t, parse_metrics(_decode_page(20, 350.0, queue))) for t, queue in ((10, 4), (20, 2))]
+    after = Scrape(30, parse_metrics(_decode_page(30, 500.0, 0)))
+    fields = role_fields(PointScrapes(before, after, during, []), None)
+    assert fields["kv_transfer_latency_ms"] == pytest.approx(15.0)
+    assert (fields["decode_transfer_queue_mean"], fields["decode_transfer_queue_max"]) == (3.0, 4.0)
+    assert (fields["transfer_failed"], fields["bootstrap_failed"]) == (0, None)
+    assert fields["generation_tokens"] == 2000
+    # A prefill server's queues it does not export: unknown, not 0.
+    assert fields["prefill_bootstrap_queue_mean"] is None
+    # No transfer ended during a point: no mean.
+    idle = role_fields(PointScrapes(after, after, [], []), None)
+    assert idle["kv_transfer_latency_ms"] is None

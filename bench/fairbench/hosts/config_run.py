@@ -23,7 +23,7 @@ import json
 import subprocess
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -156,7 +156,10 @@ def run_job(job: JobRun) -> JobRun:
         job.stage = "sweep"
         outcomes: dict[str, SweepOutcome] = {}
         try:
-            sweep_workloads(job.specs, job.out, outcomes, remeasure_failed=job.remeasure_failed)
+            # A disaggregated config's servers scraped beside the router the sweep drives.
+            roles = {worker.name: worker.url for worker in job.workers}
+            specs = {name: replace(spec, role_servers=roles) for name, spec in job.specs.items()}
+            sweep_workloads(specs, job.out, outcomes, remeasure_failed=job.remeasure_failed)
         finally:
             job.sweep = job_sweep(outcomes)
             job.timeline |= sweep_times(outcomes)

@@ -43,7 +43,31 @@ HISTOGRAM_SUMS = {
 }
 """Histograms whose ``_sum`` is read: the seconds finished requests spent in the server, and in its queue.
 Counted like the counters (the sum grows as requests finish or leave the queue)."""
-SUMMED_GAUGES = {"sglang:num_running_reqs": "running", "sglang:num_queue_reqs": "queue"}
+SUMMED_GAUGES = {
+    "sglang:num_running_reqs": "running",
+    "sglang:num_queue_reqs": "queue",
+    # A disaggregated server's queues (prefill: waiting for its decode server's handshake, then for the
+    # transfer to end; decode: waiting for memory, then for the KV cache to arrive).
+    "sglang:num_prefill_bootstrap_queue_reqs": "prefill_bootstrap_queue",
+    "sglang:num_prefill_inflight_queue_reqs": "prefill_inflight_queue",
+    "sglang:num_decode_prealloc_queue_reqs": "decode_prealloc_queue",
+    "sglang:num_decode_transfer_queue_reqs": "decode_transfer_queue",
+}
+ROLE_QUEUES = (
+    "prefill_bootstrap_queue",
+    "prefill_inflight_queue",
+    "decode_prealloc_queue",
+    "decode_transfer_queue",
+)
+"""The disaggregation queues of ``SUMMED_GAUGES``: a prefill or decode server's own (``role_fields``)."""
+ROLE_COUNTERS = {
+    "sglang:num_bootstrap_failed_reqs": "bootstrap_failed",
+    "sglang:num_transfer_failed_reqs": "transfer_failed",
+}
+"""A disaggregated server's failure counters (``prometheus_client`` names them without ``_total``)."""
+HISTOGRAM_MEANS = {"sglang:kv_transfer_latency_ms": "kv_transfer_latency_ms"}
+"""Histograms whose ``_sum`` and ``_count`` are read, for the mean of what they observed over a point: the
+milliseconds each KV cache transfer took."""
 AVERAGED_GAUGES = {"sglang:token_usage": "token_usage", "sglang:spec_accept_length": "spec_accept_length"}
 
 
@@ -62,9 +86,16 @@ def parse_metrics(text: str) -> dict[str, float]:
     values: dict[str, float] = {}
     averaged: dict[str, list[float]] = {}
     for family in text_string_to_metric_families(text):
-        if family.name in COUNTERS:
+        if family.name in COUNTERS or family.name in ROLE_COUNTERS:
             total_name = family.name + "_total"
-            values[COUNTERS[family.name]] = sum(s.value for s in family.samples if s.name == total_name)
+            key = COUNTERS.get(family.name) or ROLE_COUNTERS[family.name]
+            values[key] = sum(s.value for s in family.samples if s.name == total_name)
+        elif family.name in HISTOGRAM_MEANS:
+            for part in ("sum", "count"):
+                name = f"{family.name}_{part}"
+                values[f"{HISTOGRAM_MEANS[family.name]}_{part}"] = sum(
+                    sample.value for sample in family.samples if sample.name == name
+                )
         elif family.name in HISTOGRAM_SUMS:
             sum_name = family.name + "_sum"
             values[HISTOGRAM_SUMS[family.name]] = sum(s.value for s in family.samples if s.name == sum_name)
@@ -216,4 +247,33 @@ def point_fields(scrapes: PointScrapes, window: tuple[int, int] | None) -> dict[
     failures = [*(end for end in (before, after) if isinstance(end, str)), *scrapes.failures]
     fields["server_metric_failures"] = len(failures)
     fields["server_metric_error"] = failures[0] if failures else None
+    return fields
+
+
+def role_fields(scrapes: PointScrapes, window: tuple[int, int] | None) -> dict[str, Any]:
+    """A disaggregated config's prefill or decode server's fields over a point (``server_roles``): its
+    :func:`point_fields` without the ``server_`` prefix, and
+
+    - {prefill_bootstrap,prefill_inflight,decode_prealloc,decode_transfer}_queue_{mean,max}: its
+      disaggregation queues over the same samples; None where it exports none
+    - kv_transfer_latency_ms = (the transfer-latency histogram's sum at the end - at the start) / (its count
+      at the end - at the start): the mean transfer the point's requests waited for; None where none ended
+    - {bootstrap,transfer}_failed = the failure counters' deltas; None where it exports none
+    """
+    fields = {key.removeprefix("server_"): value for key, value in point_fields(scrapes, window).items()}
+    before, after = scrapes.before, scrapes.after
+    start = before.values if isinstance(before, Scrape) else {}
+    end = after.values if isinstance(after, Scrape) else {}
+    samples = scrapes.samples
+    if window is not None:
+        samples = [sample for sample in samples if window[0] <= sample.t_ns < window[1]]
+    for key in ROLE_QUEUES:
+        fields[f"{key}_mean"], fields[f"{key}_max"] = _stats(samples, key)
+    both = isinstance(before, Scrape) and isinstance(after, Scrape)
+    for key in ROLE_COUNTERS.values():
+        fields[key] = round(end[key] - start.get(key, 0.0)) if both and key in end else None
+    for key in HISTOGRAM_MEANS.values():
+        count = end.get(f"{key}_count", 0.0) - start.get(f"{key}_count", 0.0) if both else 0.0
+        total = end.get(f"{key}_sum", 0.0) - start.get(f"{key}_sum", 0.0)
+        fields[key] = total / count if count > 0 else None
     return fields

@@ -81,7 +81,12 @@ from fairbench.measure.repeats import (
 )
 from fairbench.measure.results import TRACE_SHA256, ResultsDir, RunIdentity
 from fairbench.measure.results_format import BISECT, LISTED, level_tag, load_of, point_id
-from fairbench.measure.server_metrics import METRICS_PATH, SAMPLE_INTERVAL_S, ServerMetricsSampler
+from fairbench.measure.server_metrics import (
+    METRICS_PATH,
+    SAMPLE_INTERVAL_S,
+    ServerMetricsSampler,
+    role_fields,
+)
 from fairbench.measure.server_metrics import point_fields as server_fields
 from fairbench.measure.slo import SloTarget, search_probe, slo_to_json
 from fairbench.measure.trace_replay import TraceReplay, prompt_source
@@ -182,6 +187,10 @@ class SweepSpec:
     of the settings, as ``energy`` is not."""
     server_metrics_interval_s: float = SAMPLE_INTERVAL_S
     """Seconds between two scrapes while a point runs."""
+    role_servers: dict[str, str] = field(default_factory=dict)
+    """A disaggregated config's prefill and decode servers, each URL by name (``prefill-0``): each one's
+    ``/metrics`` is scraped around every point like the server's, into its ``server_roles``. Not one of
+    the settings: measured beside the point (the sweep's server is their router)."""
 
     def __post_init__(self) -> None:
         self.prompts_per_level = level_count(self.prompts_per_level)
@@ -296,6 +305,7 @@ class Sweep:
         self.spec = spec
         self._workers: ClientProcesses | None = None
         self._server_metrics: ServerMetricsSampler | None = None
+        self._role_metrics: dict[str, ServerMetricsSampler] = {}
         self.results = results
         self.progress = progress
         # Request ids differ between runs: a resumed sweep must not reuse the id of a
@@ -464,6 +474,13 @@ class Sweep:
                 )
                 self._workers = self._start_workers(client, helpers)
                 self._server_metrics = await self._start_server_metrics(client, helpers)
+                self._role_metrics = {
+                    name: helpers.enter_context(
+                        ServerMetricsSampler(url, client.headers, spec.server_metrics_interval_s)
+                    )
+                    for name, url in spec.role_servers.items()
+                    if spec.server_metrics
+                }
                 self.first_request_at = time.time()
                 points = self.results.points()
                 while (step := self.next_point(points, skip)) is not None:
@@ -625,12 +642,14 @@ class Sweep:
             if energy is not None:
                 energy.start()
             cpu_before = cpu_times()
-            if self._server_metrics is not None:
-                self._server_metrics.begin()
+            for sampler in (self._server_metrics, *self._role_metrics.values()):
+                if sampler is not None:
+                    sampler.begin()
             measured = await self._loop(
                 client, requests, level, workload, seed=pid, max_error_rate=spec.max_error_rate
             )
             scrapes = self._server_metrics.end() if self._server_metrics is not None else None
+            role_scrapes = {name: sampler.end() for name, sampler in self._role_metrics.items()}
             cpu_after = cpu_times()
             gpu_energy = self._stop_energy(energy, pid)
             gpu_states = energy.states() if energy is not None else []
@@ -643,6 +662,10 @@ class Sweep:
         uses = [use.to_json() for use in measured.processes]
         window = steady_window(records, in_flight) if closed_loop else None
         server = server_fields(scrapes, window) if scrapes is not None else {}
+        if role_scrapes:
+            server["server_roles"] = {
+                name: role_fields(taken, window) for name, taken in role_scrapes.items()
+            }
         energy_fields = point_fields(gpu_energy, int(metrics["total_output_tokens"]))
         dataset = spec.workload.dataset
         sharegpt = dataset not in GENERATED
