@@ -65,6 +65,7 @@ def test_counters_sum_their_label_sets_gauges_sum_counts_and_average_ratios() ->
         "queue": 3.0,
         "token_usage": 0.5,
         "e2e_latency_s": 4.5,
+        "e2e_latency_s_count": 9.0,
         "queue_time_s": 0.0,  # not written yet, beside the generation counter
     }
 
@@ -202,6 +203,9 @@ def _decode_page(transferred: int, latency_ms_sum: float, queue: int) -> str:
     labels = 'model_name="m",engine_type="decode",tp_rank="0",pp_rank="0"'
     return f"""# TYPE sglang:generation_tokens_total counter
 sglang:generation_tokens_total{{model_name="m"}} {100 * transferred}.0
+# TYPE sglang:e2e_request_latency_seconds histogram
+sglang:e2e_request_latency_seconds_count{{model_name="m"}} {transferred}.0
+sglang:e2e_request_latency_seconds_sum{{model_name="m"}} {transferred * 0.5}
 # TYPE sglang:num_decode_transfer_queue_reqs gauge
 sglang:num_decode_transfer_queue_reqs{{{labels}}} {queue}.0
 # TYPE sglang:num_transfer_failed_reqs_total counter
@@ -223,6 +227,7 @@ def test_a_disaggregated_servers_fields_are_its_queues_failures_and_mean_transfe
     assert (fields["decode_transfer_queue_mean"], fields["decode_transfer_queue_max"]) == (3.0, 4.0)
     assert (fields["transfer_failed"], fields["bootstrap_failed"]) == (0, None)
     assert fields["generation_tokens"] == 2000
+    assert fields["request_latency_ms"] == pytest.approx(500.0)
     # A prefill server's queues it does not export: unknown, not 0.
     assert fields["prefill_bootstrap_queue_mean"] is None
     # No transfer ended during a point: no mean.

@@ -97,8 +97,11 @@ def parse_metrics(text: str) -> dict[str, float]:
                     sample.value for sample in family.samples if sample.name == name
                 )
         elif family.name in HISTOGRAM_SUMS:
-            sum_name = family.name + "_sum"
+            sum_name, count_name = family.name + "_sum", family.name + "_count"
             values[HISTOGRAM_SUMS[family.name]] = sum(s.value for s in family.samples if s.name == sum_name)
+            values[HISTOGRAM_SUMS[family.name] + "_count"] = sum(
+                sample.value for sample in family.samples if sample.name == count_name
+            )
         elif family.name in SUMMED_GAUGES:
             values[SUMMED_GAUGES[family.name]] = sum(sample.value for sample in family.samples)
         elif family.name in AVERAGED_GAUGES:
@@ -259,6 +262,9 @@ def role_fields(scrapes: PointScrapes, window: tuple[int, int] | None) -> dict[s
     - kv_transfer_latency_ms = (the transfer-latency histogram's sum at the end - at the start) / (its count
       at the end - at the start): the mean transfer the point's requests waited for; None where none ended
     - {bootstrap,transfer}_failed = the failure counters' deltas; None where it exports none
+    - request_latency_ms = the e2e latency histogram's sum delta / its count delta: the mean time the
+      point's finished requests spent in this server, from its receipt of each to its answer (a prefill
+      server answers once the KV cache has reached its decode server); None where none finished
     """
     fields = {key.removeprefix("server_"): value for key, value in point_fields(scrapes, window).items()}
     before, after = scrapes.before, scrapes.after
@@ -276,4 +282,7 @@ def role_fields(scrapes: PointScrapes, window: tuple[int, int] | None) -> dict[s
         count = end.get(f"{key}_count", 0.0) - start.get(f"{key}_count", 0.0) if both else 0.0
         total = end.get(f"{key}_sum", 0.0) - start.get(f"{key}_sum", 0.0)
         fields[key] = total / count if count > 0 else None
+    finished = end.get("e2e_latency_s_count", 0.0) - start.get("e2e_latency_s_count", 0.0) if both else 0.0
+    seconds = end.get("e2e_latency_s", 0.0) - start.get("e2e_latency_s", 0.0)
+    fields["request_latency_ms"] = 1000 * seconds / finished if finished > 0 else None
     return fields

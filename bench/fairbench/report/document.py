@@ -32,6 +32,7 @@ from fairbench.report.differences import (
     matched_configs,
     threats,
 )
+from fairbench.report.disaggregation import disaggregation_blocks
 from fairbench.report.figures import (
     ACHIEVED_RATE,
     ENERGY_COLUMNS,
@@ -733,6 +734,7 @@ def run_blocks(
     blocks += [Heading(3, "Not compared, and why"), ignored_fields_table()]
     blocks += _level_blocks(headlines, label, run.fleet, marks)
     blocks += turn_blocks(headlines, label)
+    blocks += disaggregation_blocks(headlines, label)
     blocks += spec_blocks(headlines, label)
     blocks += checks_blocks(headlines, label, marks, CHECKS_TITLE)
     blocks += rounds_blocks(run, headlines)
