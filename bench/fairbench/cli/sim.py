@@ -24,6 +24,10 @@ examples:
       --sim-profile kimi-k2.6-8xpro6000 --port 30000
   fairbench sim --model-path moonshotai/Kimi-K2.6 --tp-size 8 --ep-size 4 \\
       --sim-profile kimi-k2.6-8xpro6000 --sim-predict 256,128
+  # a prefill and a decode server for sglang-router --pd-disaggregation
+  #   --prefill http://HOST:30000 8998 --decode http://HOST:30001
+  fairbench sim --model-path M --disaggregation-mode prefill --port 30000
+  fairbench sim --model-path M --disaggregation-mode decode --port 30001
 
 How closely it answers as SGLang does, and what differs: docs/sim-conformance.md.
 """

@@ -12,7 +12,9 @@ family, their log-probabilities, the sums it gets right, how repetitive a prompt
 HTTP/1.1 server on raw asyncio, fast enough to stream tens of thousands of tokens per second on one
 core), ``server`` (routes, auth, ``/server_info``,
 ``/metrics``, start-up), ``nodes`` (one server over ``--nnodes`` hosts: rank 0's rendezvous with the
-other ranks, their heartbeats, the other ranks' dummy health server), ``faults`` and ``predict`` (the
+other ranks, their heartbeats, the other ranks' dummy health server), ``disaggregation`` and
+``kv_transfer`` (``--disaggregation-mode prefill|decode``: the KV transfer model, the prefill's bootstrap
+server and the decode's wait for the KV), ``faults`` and ``predict`` (the
 same engine on a virtual clock: what a closed-loop sweep will measure). The ``fairbench sim`` command is
 ``fairbench.cli.sim``.
 

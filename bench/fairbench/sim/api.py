@@ -23,6 +23,12 @@ Under speculative decoding a finished ``/generate`` output carries the request's
 ``sglext.spec_tokens_details`` with ``return_spec_tokens_details`` (chat also in ``choices[].meta_info``
 with ``return_meta_info``).
 
+Every API takes the fields a disaggregation router adds (``bootstrap_host``, ``bootstrap_port``,
+``bootstrap_room``, kept as ``BootstrapFields``; ``model: null``, ``background``, ``no_logs`` and the like,
+ignored as SGLang's ``GenerateReqInput`` ignores what it does not use). A disaggregated prefill server's
+response finishes with ``{"type": "length", "length": 0}`` (``ResponseWriter.handoff``); a request a
+scheduler fails (``ResponseWriter.fail``) ends with SGLang's error for its API and its streaming.
+
 Without ``ignore_eos`` a request "meets EOS" after the profile's ``natural_output_tokens`` tokens (when
 that is below its limit) and finishes with ``stop`` and the EOS id as ``matched``: a client that forgets
 ``ignore_eos`` gets short responses, as it would from a real model.
@@ -36,8 +42,10 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 
+from fairbench.sim.disaggregation import Failure
 from fairbench.sim.engine import SimRequest
 from fairbench.sim.http import HttpExchange
 from fairbench.sim.outputs import ResponseTokens
@@ -91,6 +99,17 @@ class LogprobRequest:
     """``/generate``'s ``token_ids_logprob``: these tokens' log-probabilities at every position."""
 
 
+@dataclass(frozen=True, slots=True)
+class BootstrapFields:
+    """The disaggregation fields a router adds to a request (``GenerateReqInput``'s and the OpenAI routes'
+    ``PDRoutingFields``' ``bootstrap_*``): the prefill server's bootstrap host and port and the room its
+    KV goes by. A server that does both phases keeps and ignores them, as SGLang's does."""
+
+    host: str | None = None
+    port: int | None = None
+    room: int | None = None
+
+
 @dataclass(slots=True)
 class GenerationRequest:
     api: str
@@ -115,6 +134,7 @@ class GenerationRequest:
     """``return_token_ids`` (OpenAI routes, not streamed here): the choice carries the output's token ids
     (completions' ``token_ids``, chat's ``response_token_ids``). SGLang adds the prompt's too, which a
     simulator without a tokenizer has none of: serialized as SGLang does a None, it is left out."""
+    bootstrap: BootstrapFields = BootstrapFields()
 
     @property
     def prompt_tokens(self) -> int:
@@ -190,6 +210,25 @@ def _prompt_tokens(prompt: Any, what: str) -> Sequence[Hashable]:
     raise validation_error(f"{what}: Input should be a valid string or list of token ids")
 
 
+def _bootstrap_fields(body: dict[str, Any]) -> BootstrapFields:
+    """``bootstrap_host``, ``bootstrap_port`` and ``bootstrap_room``, each may be null; lists (a batch's)
+    are refused as batches are."""
+    values: list[Any] = []
+    for name, kind, what in (
+        ("bootstrap_host", str, "a valid string"),
+        ("bootstrap_port", int, "a valid integer"),
+        ("bootstrap_room", int, "a valid integer"),
+    ):
+        value = body.get(name)
+        if isinstance(value, list):
+            raise openai_error(f"{name}: the simulator serves one prompt per request, not a batch")
+        if value is not None and (isinstance(value, bool) or not isinstance(value, kind)):
+            raise validation_error(f"{name}: Input should be {what}")
+        values.append(value)
+    host, port, room = values
+    return BootstrapFields(host, port, room)
+
+
 def _usage_options(body: dict[str, Any], info: ServingInfo) -> tuple[bool, bool]:
     """``should_include_usage``: (final usage chunk, usage on every chunk)."""
     options = body.get("stream_options")
@@ -250,6 +289,7 @@ def parse_generate(body: dict[str, Any], info: ServingInfo) -> GenerationRequest
         continuous_usage=False,
         query=_query(body.get("text")),
         logprobs=logprobs,
+        bootstrap=_bootstrap_fields(body),
     )
 
 
@@ -284,6 +324,7 @@ def parse_completion(body: dict[str, Any], info: ServingInfo) -> GenerationReque
         logprobs=None if top is None else _logprob_request(top, text=True),
         spec_details=_bool_field(body, "return_spec_tokens_details"),
         token_ids=_bool_field(body, "return_token_ids"),
+        bootstrap=_bootstrap_fields(body),
     )
 
 
@@ -344,6 +385,7 @@ def parse_chat(body: dict[str, Any], info: ServingInfo) -> GenerationRequest:
         spec_details=_bool_field(body, "return_spec_tokens_details"),
         meta_info=meta_info,
         token_ids=_bool_field(body, "return_token_ids"),
+        bootstrap=_bootstrap_fields(body),
     )
 
 
@@ -404,6 +446,11 @@ class ResponseWriter(ABC):
     """When the engine handed over the request's first output (its prefill's end), ``perf_counter_ns``."""
     first_sent_ts: str | None = None
     """``response_sent_to_client_ts`` as written, once the first event (or the whole response) has gone."""
+    handoff = False
+    """A disaggregated prefill server's response: its one token is handed to a decode server, and SGLang
+    finishes it with ``FINISH_LENGTH(length=0)`` once the KV transfer succeeded."""
+    failure: Failure | None = None
+    """The error the request ended with (SGLang's ``prepare_abort`` with a status), if it did."""
 
     def __init__(
         self,
@@ -445,6 +492,44 @@ class ResponseWriter(ABC):
         self.aborted = True
         if now:
             self.deliver(sim_request, 0, True)
+
+    def fail(self, sim_request: SimRequest, failure: Failure) -> None:
+        """End the request with ``failure``, as SGLang answers a request its scheduler aborts with a
+        status: a whole response becomes the error (``/generate``'s 400 a ``ValueError``'s body, any other
+        the ``ErrorResponse``); a stream carries it in its last event (``/generate``'s finish reason, the
+        OpenAI routes' error chunk)."""
+        if self.exchange.closed:
+            return
+        self.failure = failure
+        if self.request.stream:
+            self.deliver(sim_request, 0, True)
+            return
+        if self.request.api == "generate" and failure.status == HTTPStatus.BAD_REQUEST:
+            error = ApiError(failure.status, {"error": {"message": failure.message}})
+        else:
+            kind = (
+                "BadRequestError" if failure.status == HTTPStatus.BAD_REQUEST else str(failure.status.value)
+            )
+            error = openai_error(failure.message, kind, failure.status.value)
+        self.exchange.respond(error.status, compact_json(error.body))
+        self.hooks.finished(self, sim_request)
+
+    def failure_events(self, object_name: str) -> list[bytes]:
+        """An OpenAI stream's end after a failure: the error chunk (``create_streaming_error_response``,
+        ``json.dumps``' separators, the status's name as its type), then the usage chunk if asked for."""
+        assert self.failure is not None
+        status = self.failure.status
+        error = {
+            "object": "error",
+            "message": self.failure.message,
+            "type": status.name,
+            "param": None,
+            "code": status.value,
+        }
+        events = [f"data: {json.dumps({'error': error})}\n\n".encode()]
+        if self.request.include_usage:
+            events.append(self.usage_chunk(object_name, with_nulls=object_name == "chat.completion.chunk"))
+        return events
 
     def deliver(self, sim_request: SimRequest, tokens: int, finished: bool) -> None:
         """The engine's ``TokenSink``: ``tokens`` new tokens leave now."""
@@ -490,15 +575,20 @@ class ResponseWriter(ABC):
 
     @property
     def finish_reason(self) -> dict[str, Any]:
+        if self.failure is not None:
+            message, status = self.failure.message, self.failure.status.value
+            return {"type": "abort", "message": message, "status_code": status, "err_type": None}
         if self.aborted:
             return {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
+        if self.handoff:
+            return {"type": "length", "length": 0}
         if self.ends_on_eos:
             return {"type": "stop", "matched": self.info.eos_token_id}
         return {"type": "length", "length": self.completion_tokens}
 
     @property
     def matched_stop(self) -> int | None:
-        return self.info.eos_token_id if self.ends_on_eos and not self.aborted else None
+        return self.info.eos_token_id if self.finish_reason["type"] == "stop" else None
 
     @property
     def weight_versions(self) -> list[dict[str, Any]]:
@@ -832,6 +922,8 @@ class CompletionWriter(ResponseWriter):
     """``/v1/completions``: text deltas; the last content chunk carries ``finish_reason``."""
 
     def stream_events(self, start: int, tokens: int, finished: bool) -> list[bytes]:
+        if finished and self.failure is not None:
+            return self.failure_events("text_completion")
         finish = f'"{self.finish_reason["type"]}"' if finished else "null"
         matched = json.dumps(self.matched_stop) if finished else "null"
         usage = (
@@ -878,6 +970,8 @@ class ChatWriter(ResponseWriter):
         ).encode()
 
     def stream_events(self, start: int, tokens: int, finished: bool) -> list[bytes]:
+        if finished and self.failure is not None:
+            return self.failure_events("chat.completion.chunk")
         events = [self._chunk(',"role":"assistant","content":""')] if start == 0 else []
         usage = (
             f',"usage":{compact_json(self.usage(with_nulls=True)).decode()}'

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -28,6 +29,7 @@ from typing import Any
 from fairbench.measure import bounds
 from fairbench.measure.bounds import Bound
 from fairbench.sim.checkpoint import Checkpoint, CheckpointError, read_checkpoint
+from fairbench.sim.disaggregation import Disaggregation, KvTransferModel, checkpoint_kv_bytes_per_token
 from fairbench.sim.engine import SchedulerLimits
 from fairbench.sim.faults import FaultSettings, combine_fault_specs, parse_fault_spec
 from fairbench.sim.model import (
@@ -86,6 +88,9 @@ MODELLED_FIELDS = frozenset(
         "cuda_graph_max_bs_decode",
         "cuda_graph_bs_decode",
         "cuda_graph_config",
+        "disaggregation_mode",
+        "disaggregation_bootstrap_port",
+        "disaggregation_transfer_backend",
         *NUMERICS_FLAGS,
     }
 )
@@ -328,6 +333,31 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         f"for {HEARTBEAT_MISSES} intervals counts as lost and takes the server down (default: %(default)s)",
     )
     group.add_argument(
+        "--sim-kv-transfer-gbps",
+        type=_within(KV_TRANSFER_GB_S),
+        default=25.0,
+        metavar="GB/S",
+        help="with --disaggregation-mode prefill: the bandwidth a prefill server sends KV to decode servers "
+        "at, in SGLang's GB/s (2^30 bytes a second); its transfers queue for it one after another "
+        "(default: %(default)s, a 200 Gb/s RDMA link)",
+    )
+    group.add_argument(
+        "--sim-kv-transfer-latency-ms",
+        type=_within(KV_TRANSFER_LATENCY_MS),
+        default=1.0,
+        metavar="MS",
+        help="with --disaggregation-mode prefill: the fixed cost of each KV transfer, added to its bytes "
+        "over the bandwidth (default: %(default)s)",
+    )
+    group.add_argument(
+        "--sim-kv-bytes-per-token",
+        type=_within(KV_BYTES_PER_TOKEN),
+        metavar="BYTES",
+        help="with --disaggregation-mode prefill: the KV cache bytes of one prompt token, what a transfer "
+        "sends per token (default: from --model-path's config.json, its layers and KV heads or MLA latent "
+        "in the --kv-cache-dtype; else the profile's kv_bytes_per_token)",
+    )
+    group.add_argument(
         "--sim-predict",
         metavar="INPUT_LEN,OUTPUT_LEN",
         type=_length_pair,
@@ -338,6 +368,15 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
 
 NOISE_PCT = Bound(0.0, 50.0, "percent", integer=False)
 """``--sim-noise``: beyond 50 % a draw clipped to [0.5, 1.5] is no longer about normal."""
+
+KV_TRANSFER_GB_S = Bound(0.001, 10_000.0, "GB/s", integer=False)
+"""``--sim-kv-transfer-gbps``: from a slow TCP link to far past the fastest NVLink."""
+KV_TRANSFER_LATENCY_MS = Bound(0.0, 60_000.0, "milliseconds", integer=False)
+"""``--sim-kv-transfer-latency-ms``: a transfer's set-up cost; a minute is a stalled link, not a cost."""
+KV_BYTES_PER_TOKEN = Bound(1, 1 << 30, "bytes")
+"""``--sim-kv-bytes-per-token``: real models hold kilobytes to a few megabytes per token."""
+DISAGGREGATION_TIMEOUT_S = Bound(0, 7 * 24 * 3600, "seconds")
+"""``SGLANG_DISAGGREGATION_*_TIMEOUT``: SGLang's integers of seconds, 300 by default."""
 
 HEARTBEAT_S = Bound(0.01, 60.0, "seconds", integer=False)
 """``--sim-heartbeat-s``: below 10 ms a loaded event loop misses beats; above a minute a frozen node
@@ -419,6 +458,8 @@ class SimConfig:
     """Every ServerArgs field with its effective value, in SGLang's field order (``/server_info``)."""
     numerics: NumericsFamily
     """The flags that change what the model computes (``outputs.NUMERICS_FLAGS``): the server's outputs."""
+    disaggregation: Disaggregation | None
+    """``--disaggregation-mode prefill|decode`` and its settings; None for a server that does both."""
     not_modelled: list[str]
     """Flags set to a non-default value that the simulator accepts but does not act on."""
     launch_command: str
@@ -618,6 +659,62 @@ def _context_length(args: argparse.Namespace, checkpoint: Checkpoint, profile: P
     return checkpoint.context_length
 
 
+def _env_timeout(name: str) -> int:
+    """An ``SGLANG_*`` timeout as SGLang's ``EnvInt`` reads it, 300 s when unset."""
+    text = os.environ.get(name, "300")
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(f'{name}: "{text}" is not a valid integer value') from None
+    if (problem := DISAGGREGATION_TIMEOUT_S.problem(value)) is not None:
+        raise ConfigError(f"{name}: {problem}")
+    return value
+
+
+def _disaggregation(
+    args: argparse.Namespace, checkpoint: Checkpoint, profile: Profile
+) -> Disaggregation | None:
+    """``--disaggregation-mode`` and its settings, checked as SGLang's ``handle_pd_disaggregation`` checks
+    them (a prefill server cannot use the fake backend; ``mooncake_tcp`` is mooncake over TCP)."""
+    mode: str = args.disaggregation_mode
+    if mode == "null":
+        return None
+    backend: str = args.disaggregation_transfer_backend
+    if backend == "mooncake_tcp":
+        backend = "mooncake"
+    transfer = None
+    if mode == "prefill":
+        if backend == "fake":
+            raise ConfigError(
+                "--disaggregation-transfer-backend: Prefill server does not support 'fake' as the transfer "
+                "backend"
+            )
+        per_token = (
+            args.sim_kv_bytes_per_token
+            or checkpoint_kv_bytes_per_token(checkpoint, args.kv_cache_dtype, args.dtype)
+            or profile.kv_bytes_per_token
+        )
+        if per_token is None:
+            raise ConfigError(
+                "--sim-kv-bytes-per-token: a prefill server needs the KV bytes per token it sends: give the "
+                "flag, a --model-path directory whose config.json has the model's layers and KV heads, or "
+                "kv_bytes_per_token in the profile"
+            )
+        transfer = KvTransferModel(
+            bytes_per_token=per_token,
+            bandwidth_gb_s=args.sim_kv_transfer_gbps,
+            latency_s=args.sim_kv_transfer_latency_ms / 1000,
+        )
+    return Disaggregation(
+        mode=mode,
+        bootstrap_port=_bounded(args, "disaggregation_bootstrap_port", bounds.PORT),
+        transfer_backend=backend,
+        transfer=transfer,
+        bootstrap_timeout_s=_env_timeout("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT"),
+        waiting_timeout_s=_env_timeout("SGLANG_DISAGGREGATION_WAITING_TIMEOUT"),
+    )
+
+
 def resolve(args: argparse.Namespace) -> SimConfig:
     """The simulator's configuration from parsed flags; ``ConfigError`` if it cannot be served."""
     if args.config is not None:
@@ -641,6 +738,12 @@ def resolve(args: argparse.Namespace) -> SimConfig:
         "max_running_requests": max_running,
         "chunked_prefill_size": limits.chunked_prefill_size,
     }
+    disaggregation = _disaggregation(args, checkpoint, profile)
+    if disaggregation is not None:
+        resolved["disaggregation_transfer_backend"] = disaggregation.transfer_backend
+    if disaggregation is not None and disaggregation.mode == "decode":
+        # SGLang turns the radix cache off on a decode server unless asked to keep it.
+        resolved["disable_radix_cache"] = not args.disaggregation_decode_enable_radix_cache
     speculation = model.speculation
     if speculation is not None:
         resolved.update(
@@ -677,6 +780,7 @@ def resolve(args: argparse.Namespace) -> SimConfig:
         predict=args.sim_predict,
         effective_args=effective,
         numerics=numerics_family(effective, checkpoint.torch_dtype),
+        disaggregation=disaggregation,
         not_modelled=not_modelled,
         launch_command=launch_command,
     )

@@ -3,8 +3,10 @@
 SGLang takes the context length, the model type and the architectures from the checkpoint's ``config.json``
 (``hf_transformers.common.get_context_length``: the first of ``CONTEXT_LENGTH_KEYS`` that is set, times the
 RoPE scaling factor). When ``--model-path`` is a local directory with that file, the simulator does the same,
-so a request is refused at the same length as by SGLang serving that directory. Any other model path (a
-Hugging Face id, or the made-up names tests use) yields an empty ``Checkpoint``: the profile stands in.
+so a request is refused at the same length as by SGLang serving that directory. It also reads the shape of
+the KV cache (layers, KV heads, head size or MLA's latent size), which a disaggregated prefill server sends
+per prompt token. Any other model path (a Hugging Face id, or the made-up names tests use) yields an empty
+``Checkpoint``: the profile stands in.
 """
 
 from __future__ import annotations
@@ -23,8 +25,14 @@ CONTEXT_LENGTH_KEYS = (
     "model_max_length",
     "max_position_embeddings",
 )
-# transformers' attribute maps: GPT-2-style configs store max_position_embeddings as n_positions.
-KEY_ALIASES = {"max_position_embeddings": ("n_positions", "n_ctx")}
+# transformers' attribute maps: GPT-2-style configs store max_position_embeddings as n_positions, and the
+# layer count, head count and width as n_layer, n_head and n_embd.
+KEY_ALIASES = {
+    "max_position_embeddings": ("n_positions", "n_ctx"),
+    "num_hidden_layers": ("n_layer",),
+    "num_attention_heads": ("n_head",),
+    "hidden_size": ("n_embd",),
+}
 SGLANG_DEFAULT_CONTEXT_LENGTH = 2048
 
 
@@ -40,6 +48,9 @@ class Checkpoint:
     eos_token_id: int | None = None
     torch_dtype: str | None = None
     """The weights' dtype (``torch_dtype``, or ``dtype`` in newer configs): what ``--dtype auto`` loads."""
+    kv_elements_per_token: int | None = None
+    """KV cache elements one token holds over all layers (see the function of that name): what a
+    prefill server sends a decode server per prompt token, in elements of the KV cache's dtype."""
 
 
 def _lookup(config: dict[str, Any], key: str) -> tuple[str, Any]:
@@ -83,6 +94,32 @@ def context_length(config: dict[str, Any], where: str) -> int:
     return SGLANG_DEFAULT_CONTEXT_LENGTH
 
 
+def _positive_int(config: dict[str, Any], key: str) -> int | None:
+    value = _lookup(config, key)[1]
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def kv_elements_per_token(config: dict[str, Any]) -> int | None:
+    """The KV cache elements of one token over all layers, as SGLang's memory pools size them: with
+    multi-head latent attention (``kv_lora_rank``, DeepSeek and Kimi) the compressed latent plus the
+    rotary key per layer; else a key and a value per KV head. None when the config does not say (a
+    value missing, or not a positive integer); sliding-window and hybrid layouts are not told apart."""
+    layers = _positive_int(config, "num_hidden_layers")
+    if layers is None:
+        return None
+    latent = _positive_int(config, "kv_lora_rank")
+    if latent is not None:
+        rope = _positive_int(config, "qk_rope_head_dim")
+        return None if rope is None else layers * (latent + rope)
+    heads = _positive_int(config, "num_attention_heads")
+    width = _positive_int(config, "hidden_size")
+    kv_heads = _positive_int(config, "num_key_value_heads") or heads
+    head_dim = _positive_int(config, "head_dim") or (width // heads if width and heads else None)
+    if kv_heads is None or not head_dim:
+        return None
+    return layers * 2 * kv_heads * head_dim
+
+
 def read_checkpoint(model_path: str) -> Checkpoint:
     path = Path(model_path) / "config.json"
     try:
@@ -111,4 +148,5 @@ def read_checkpoint(model_path: str) -> Checkpoint:
         context_length=context_length(text_config, f"{path}: {section}"),
         eos_token_id=eos if isinstance(eos, int) and not isinstance(eos, bool) else None,
         torch_dtype=dtype if isinstance(dtype, str) else None,
+        kv_elements_per_token=kv_elements_per_token(text_config),
     )

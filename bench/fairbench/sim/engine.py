@@ -8,6 +8,9 @@ The scheduler works in *rounds*, each one forward pass or a few back-to-back dec
   each admitted request its first token. Prefill takes priority over decoding, as in SGLang without
   ``--enable-mixed-chunk``: running requests wait while newcomers are prefilled. Only the prompt tokens
   the prefix cache does not hold are computed (and count against ``chunked_prefill_size``).
+* A **prebuilt round** (a disaggregated decode server's): requests whose KV a prefill server computed
+  (``SimRequest.prefilled``) join the running batch at the next round boundary at no cost, each with
+  its first token, as SGLang's decode scheduler runs a prebuilt batch without a forward.
 * A **decode round** runs ``num_continuous_decode_steps`` steps over the running batch as it stood at
   the round's start; each step costs ``t(b)`` and gives every unfinished request one token. Under
   speculative decoding each step is a verify step that gives the request its own mean accepted length
@@ -75,6 +78,10 @@ class SimRequest:
     """Its first N output tokens as the prefix cache keys them; None: its output is not cached."""
     counted: bool = True
     """False for the health check's probe, which SGLang keeps out of its metrics."""
+    prefilled: bool = False
+    """Its KV came from a disaggregated prefill server (a decode server's request): admission computes
+    nothing and takes its ``cached_tokens`` as the prefill reported them; the round that admits it hands
+    it its first token, the one the prefill sampled (SGLang's prebuilt batch)."""
     admitted: bool = False
     """Taken from the queue into a prefill: from then on it holds KV cache, and ended early it still
     counts as a finished request in SGLang's metrics (one aborted while it waits does not)."""
@@ -105,8 +112,9 @@ class Round:
     """The running batch this decode round steps; empty for a prefill round."""
     steps: int
     seconds: float
-    cache_hit_rate: float = 0.0
-    """The share of a prefill round's prompt tokens that the prefix cache served."""
+    cache_hit_rate: float | None = None
+    """The share of a prefill round's prompt tokens that the prefix cache served; None for a round that
+    computed no prompt (only ``prefilled`` requests: SGLang logs no prefill for a prebuilt batch)."""
 
 
 @dataclass(slots=True)
@@ -163,6 +171,11 @@ class Scheduler:
             if candidate.aborted:
                 self.waiting.popleft()
                 continue
+            if candidate.prefilled:
+                self.waiting.popleft()
+                candidate.admitted = True
+                admitted.append(candidate)
+                continue
             cached = 0
             if self.prefix_cache is not None and candidate.prompt is not None:
                 if candidate.cache_keys is None:
@@ -178,8 +191,10 @@ class Scheduler:
             tokens += extend
             prompt_tokens += candidate.prompt_tokens
         if admitted:
+            if all(request.prefilled for request in admitted):
+                return Round(admitted, [], 0, 0.0)
             forwards = -(-tokens // limits.chunked_prefill_size) if limits.chunked_prefill_size > 0 else 1
-            hit_rate = (prompt_tokens - tokens) / prompt_tokens if prompt_tokens else 0.0
+            hit_rate = (prompt_tokens - tokens) / prompt_tokens
             return Round(admitted, [], 0, self.model.prefill_seconds(tokens, forwards), hit_rate)
         if self.running:
             steps = limits.decode_steps_per_round
@@ -237,7 +252,8 @@ class Scheduler:
         if prefill:
             self.running += still_running
             self._cache_prompts(finished_round.admitted)
-            self.cache_hit_rate = finished_round.cache_hit_rate
+            if finished_round.cache_hit_rate is not None:
+                self.cache_hit_rate = finished_round.cache_hit_rate
         else:
             self.running = still_running
         self.prompt_tokens_total += counted_prompt

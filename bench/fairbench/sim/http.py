@@ -7,7 +7,9 @@ from its timer callback: no coroutine, no task switch per token.
 
 Supported: keep-alive, ``Content-Length`` request bodies, fixed-length responses and chunked
 (``Transfer-Encoding: chunked``) streams as uvicorn sends them. Not supported: chunked request bodies,
-``Expect: 100-continue``, pipelined requests beyond processing them one after another.
+``Expect: 100-continue``, pipelined requests beyond processing them one after another, HTTP/2 (a client
+that speaks it with prior knowledge, as sglang-router's gRPC probe does, gets a 400 and a closed
+connection).
 """
 
 from __future__ import annotations
@@ -133,6 +135,11 @@ class HttpConnection(asyncio.Protocol):
                 headers[name.strip().lower()] = value.strip()
             length = int(headers.get("content-length", "0"))
         except ValueError:
+            self._reject(400)
+            return
+        if version not in ("HTTP/1.0", "HTTP/1.1"):
+            # HTTP/2 with prior knowledge (a gRPC probe: "PRI * HTTP/2.0") or junk: refused as uvicorn
+            # refuses a request its HTTP/1.1 parser cannot take, with a 400 and a closed connection.
             self._reject(400)
             return
         if "chunked" in headers.get("transfer-encoding", "").lower():

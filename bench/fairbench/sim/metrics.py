@@ -31,6 +31,13 @@ GPU). ``sglang:num_aborted_requests_total`` counts aborts as ``TokenizerManager.
 goes away before its response is complete. With the counters, ``sglang:e2e_request_latency_seconds`` by
 ``is_streaming`` observes the request's seconds from its arrival to its end.
 
+A prefill or decode server (``--disaggregation-mode``) labels every series ``engine_type="prefill"`` or
+``"decode"`` and adds SGLang's PD queue gauges (``sglang:num_prefill_bootstrap_queue_reqs``,
+``..._inflight_...``, ``sglang:num_decode_prealloc_queue_reqs``, ``..._transfer_...``), the counters
+``sglang:num_bootstrap_failed_reqs_total`` and ``sglang:num_transfer_failed_reqs_total``, and on a prefill
+server the histograms ``sglang:kv_transfer_latency_ms``, ``..._total_mb`` and ``..._speed_gb_s``
+(``TransferCounters``).
+
 The histograms' sums are exact on the server's clock, in seconds as the client sees them (a
 ``--sim-time-scale`` included): the change in ``e2e_request_latency_seconds_sum`` over an interval,
 divided by its length, is the mean number of requests in flight (Little's law), that of
@@ -56,6 +63,10 @@ E2E_REQUEST_LATENCY_BUCKETS = (
     *(200, 400, 600, 1200, 1800, 2400),
 )
 """``TokenizerMetricsCollector``'s default ``bucket_e2e_request_latency``, in seconds."""
+KV_TRANSFER_LATENCY_MS_BUCKETS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000)
+KV_TRANSFER_SPEED_GB_S_BUCKETS = (0.1, 0.5, 1, 5, 10, 25, 50, 100, 200, 400)
+KV_TRANSFER_TOTAL_MB_BUCKETS = (1, 5, 10, 50, 100, 500, 1000, 5000, 10000)
+"""``SchedulerMetricsCollector``'s ``kv_transfer_*`` buckets."""
 QUEUE_TIME_BUCKETS = (
     *(0.0, 0.001, 0.005, 0.010, 0.050, 0.100, 0.200, 0.500, 1, 2, 3, 4, 5, 10, 15, 20, 30, 40, 50),
     *(60, 70, 80, 90, 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000, 1200, 1400, 1600, 1800),
@@ -131,6 +142,50 @@ class QueueTimes:
         self.by_replica.setdefault(replica, Histogram(QUEUE_TIME_BUCKETS)).observe(waited_s)
 
 
+@dataclass(slots=True)
+class TransferCounters:
+    """A disaggregated server's scheduler counters and, on a prefill server, its transfers' histograms
+    (``observe_kv_transfer_metrics``: latency from the prefill's end to the transfer's, size in MB of
+    2**20 bytes, speed in GB/s of 2**30 bytes a second)."""
+
+    bootstrap_failed: int = 0
+    """Requests whose two servers never met: SGLang's ``increment_bootstrap_failed_reqs``."""
+    transfer_failed: int = 0
+    """Requests whose KV never arrived: SGLang's ``increment_transfer_failed_reqs``."""
+    latency_ms: Histogram = field(default_factory=lambda: Histogram(KV_TRANSFER_LATENCY_MS_BUCKETS))
+    total_mb: Histogram = field(default_factory=lambda: Histogram(KV_TRANSFER_TOTAL_MB_BUCKETS))
+    speed_gb_s: Histogram = field(default_factory=lambda: Histogram(KV_TRANSFER_SPEED_GB_S_BUCKETS))
+
+    def observe_transfer(self, kv_bytes: int, seconds: float) -> None:
+        total_mb = kv_bytes / (1 << 20)
+        self.latency_ms.observe(seconds * 1000)
+        self.total_mb.observe(total_mb)
+        self.speed_gb_s.observe(total_mb / 1024 / seconds if seconds > 0 else 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class TransferQueues:
+    """A disaggregated server's queues, as of now: SGLang's ``num_*_queue_reqs`` gauges."""
+
+    prefill_bootstrap: int = 0
+    """Prefill requests waiting for their decode server to ask for their room."""
+    prefill_inflight: int = 0
+    """Prefill requests whose KV is being sent."""
+    decode_prealloc: int = 0
+    """Decode requests reaching their prefill's bootstrap server."""
+    decode_transfer: int = 0
+    """Decode requests waiting for their KV."""
+
+
+@dataclass(frozen=True, slots=True)
+class Disaggregated:
+    """What a prefill or decode server adds to ``/metrics``."""
+
+    engine_type: str
+    queues: TransferQueues
+    counters: TransferCounters
+
+
 @dataclass(frozen=True, slots=True)
 class MetricsSource:
     """What ``/metrics`` reads: the engine's replicas, the counters, the queue times, and the labels'
@@ -142,6 +197,8 @@ class MetricsSource:
     engine: Engine
     counters: RequestCounters
     queue_times: QueueTimes
+    disaggregated: Disaggregated | None = None
+    """A prefill or decode server's own: its ``engine_type`` label and its transfer metrics."""
 
 
 def token_usage(load: ReplicaLoad, kv_pool_tokens: int) -> float:
@@ -153,7 +210,8 @@ def render(source: MetricsSource) -> str:
     """The Prometheus text exposition (format 0.0.4) of every metric the simulator serves."""
     text = _Exposition()
     model: Labels = (("model_name", source.model_name),)
-    engine_labels: Labels = (*model, ("engine_type", "unified"))
+    pd = source.disaggregated
+    engine_labels: Labels = (*model, ("engine_type", pd.engine_type if pd is not None else "unified"))
     replicas = source.engine.replica_loads()
     several = len(replicas) > 1
     by_replica = [
@@ -193,6 +251,8 @@ def render(source: MetricsSource) -> str:
             for rank, histogram in sorted(source.queue_times.by_replica.items())
         ],
     )
+    if pd is not None:
+        _render_disaggregated(text, by_replica[0][0], pd)
 
     counters = source.counters
     by_stream = [
@@ -256,6 +316,46 @@ def render(source: MetricsSource) -> str:
         [(model, engine.speed_draws)],
     )
     return text.finish()
+
+
+def _render_disaggregated(text: _Exposition, labels: Labels, pd: Disaggregated) -> None:
+    """SGLang's PD disaggregation metrics, with the scheduler's labels (data-parallel rank 0's: the
+    simulator's transfers belong to the server, not to a replica). Every queue gauge appears on both
+    roles, as SGLang's ``log_stats`` sets them all; the transfer histograms on a prefill server only."""
+    queues = pd.queues
+    for name, role, value in (
+        ("sglang:num_prefill_bootstrap_queue_reqs", "prefill bootstrap", queues.prefill_bootstrap),
+        ("sglang:num_prefill_inflight_queue_reqs", "prefill inflight", queues.prefill_inflight),
+        ("sglang:num_decode_prealloc_queue_reqs", "decode prealloc", queues.decode_prealloc),
+        ("sglang:num_decode_transfer_queue_reqs", "decode transfer", queues.decode_transfer),
+    ):
+        text.gauge(name, f"The number of requests in the {role} queue.", [(labels, value)])
+    counters = pd.counters
+    text.counter(
+        "sglang:num_bootstrap_failed_reqs",
+        "The number of bootstrap failed requests.",
+        [(labels, counters.bootstrap_failed)] if counters.bootstrap_failed else [],
+    )
+    text.counter(
+        "sglang:num_transfer_failed_reqs",
+        "The number of transfer failed requests.",
+        [(labels, counters.transfer_failed)] if counters.transfer_failed else [],
+    )
+    observed = sum(counters.latency_ms.counts) > 0
+    for name, help_text, histogram in (
+        (
+            "sglang:kv_transfer_speed_gb_s",
+            "Histogram of KV cache transfer speed in GB/s.",
+            counters.speed_gb_s,
+        ),
+        (
+            "sglang:kv_transfer_latency_ms",
+            "Histogram of KV cache transfer latency in ms.",
+            counters.latency_ms,
+        ),
+        ("sglang:kv_transfer_total_mb", "Histogram of KV cache transfer size in MB.", counters.total_mb),
+    ):
+        text.histogram(name, help_text, [(labels, histogram)] if observed else [])
 
 
 class _Exposition:

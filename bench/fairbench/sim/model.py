@@ -54,6 +54,9 @@ class Profile:
     draft_step_s: float
     verify_token_cost: float
     layouts: dict[str, LayoutCost]
+    kv_bytes_per_token: int | None = None
+    """The model's KV cache per token, in bytes (optional): what a disaggregated prefill server sends per
+    prompt token when ``--model-path`` is no model directory that says."""
 
     def layout(self, key: str) -> tuple[str, LayoutCost]:
         """The cost of layout ``key``, else of the profile's ``default`` layout; names the key found."""
@@ -161,6 +164,9 @@ def parse_profile(name: str, data: Any) -> Profile:
         draft_step_s=reader.non_negative(speculative, "speculative.draft_step_ms") / 1000,
         verify_token_cost=reader.non_negative(speculative, "speculative.verify_token_cost"),
         layouts=layouts,
+        kv_bytes_per_token=(
+            reader.count(reader.top, "kv_bytes_per_token") if "kv_bytes_per_token" in reader.top else None
+        ),
     )
 
 

@@ -20,6 +20,10 @@ Routes and status codes follow SGLang 0.5.23's ``http_server.py``:
   serves SGLang's dummy health server instead; a lost rank ends the process with status 1.
 * ``--api-key`` guards every route but ``/health*``, ``/ready*`` and ``/metrics*`` (Bearer token, 401
   ``{"error": "Unauthorized"}``); ``/flush_cache`` takes the ``--admin-api-key`` instead when one is set.
+* With ``--disaggregation-mode prefill|decode`` the generation routes hand requests to the role in
+  ``kv_transfer`` instead of the engine (a prefill server also runs its bootstrap server), the health
+  probe is SGLang's fake-transfer one, and ``/metrics`` carries the role's ``engine_type`` and transfer
+  metrics.
 """
 
 from __future__ import annotations
@@ -54,7 +58,15 @@ from fairbench.sim.args import MODELLED_FIELDS, SimConfig, flag_table, sglang_ve
 from fairbench.sim.engine import Engine, Scheduler, SimRequest, speed_noise
 from fairbench.sim.faults import FaultAction, FaultState
 from fairbench.sim.http import HttpExchange, HttpRequest, serve
-from fairbench.sim.metrics import CONTENT_TYPE, MetricsSource, QueueTimes, RequestCounters, render
+from fairbench.sim.kv_transfer import PrefillRole, make_role
+from fairbench.sim.metrics import (
+    CONTENT_TYPE,
+    Disaggregated,
+    MetricsSource,
+    QueueTimes,
+    RequestCounters,
+    render,
+)
 from fairbench.sim.nodes import Rendezvous, follow
 from fairbench.sim.outputs import OutputModel, repetitiveness
 from fairbench.sim.prefix_cache import PrefixCache
@@ -144,6 +156,9 @@ class SimServer:
         """Requests being generated, by rid: what ``/abort_request`` can reach."""
         self.rendezvous: Rendezvous | None = None
         """Rank 0's rendezvous with the other nodes, when the server spans several."""
+        self.disaggregation = make_role(config.disaggregation, self.engine, loop, config.time_scale)
+        """With ``--disaggregation-mode prefill|decode``, what takes generation requests in instead of the
+        engine (``kv_transfer``)."""
         # Line-buffered so a crash (the crash-after fault) loses no finished request; closed on shutdown.
         self.trace: IO[str] | None = None
         if config.trace_path:
@@ -220,8 +235,15 @@ class SimServer:
 
         self.engine.on_next_output(produced)
         if not (self.engine.num_running or self.engine.num_waiting):
+            # In PD mode SGLang's probe goes to the fake bootstrap host: a decode server takes it prefilled.
             self.engine.submit(
-                SimRequest(prompt_tokens=1, output_limit=1, sink=_DiscardTokens(), counted=False)
+                SimRequest(
+                    prompt_tokens=1,
+                    output_limit=1,
+                    sink=_DiscardTokens(),
+                    counted=False,
+                    prefilled=self._role_is("decode"),
+                )
             )
         try:
             await asyncio.wait_for(output, HEALTH_CHECK_TIMEOUT_S)
@@ -308,19 +330,29 @@ class SimServer:
         if speculation is not None:
             # A draft model guesses a prompt that repeats itself better (outputs.repetitiveness).
             accept_length = speculation.accept_length_for(repetitiveness(generation.prompt))
+        decode = self._role_is("decode")
         sim_request = SimRequest(
             prompt_tokens=generation.prompt_tokens,
-            output_limit=output_limit,
+            # A prefill server computes the first token only; a decode server none of the prompt, and,
+            # its radix cache off as SGLang turns it off there, caches nothing.
+            output_limit=min(output_limit, 1) if self._role_is("prefill") else output_limit,
             sink=writer,
-            prompt=generation.prompt,
-            output=writer.output_tokens,
+            prompt=None if decode else generation.prompt,
+            output=None if decode else writer.output_tokens,
             accept_length=accept_length,
+            prefilled=decode,
         )
         self.active[generation.rid] = (sim_request, writer)
         exchange.on_disconnect = lambda: self._disconnected(sim_request, writer)
         if generation.stream and writer.headers_before_first_token:
             exchange.start_stream()
-        self.engine.submit(sim_request)
+        if self.disaggregation is not None:
+            self.disaggregation.admit(generation, sim_request, writer)
+        else:
+            self.engine.submit(sim_request)
+
+    def _role_is(self, mode: str) -> bool:
+        return self.config.disaggregation is not None and self.config.disaggregation.mode == mode
 
     def _disconnected(self, sim_request: SimRequest, writer: ResponseWriter) -> None:
         """The client went away before its response was complete: SGLang aborts the request."""
@@ -489,6 +521,7 @@ class SimServer:
                 "node_rank": config.nodes.node_rank,
                 "joined": self.rendezvous.joined_nodes if self.rendezvous is not None else 1,
             },
+            "disaggregation": config.disaggregation.describe() if config.disaggregation else None,
             "modelled_flags": modelled,
             "not_modelled_flags": config.not_modelled,
         }
@@ -578,6 +611,7 @@ class SimServer:
         exchange.respond(200, self.metrics_text().encode(), CONTENT_TYPE)
 
     def metrics_text(self) -> str:
+        role = self.disaggregation
         return render(
             MetricsSource(
                 model_name=self.config.served_model_name,
@@ -585,6 +619,9 @@ class SimServer:
                 engine=self.engine,
                 counters=self.counters,
                 queue_times=self.queue_times,
+                disaggregated=(
+                    Disaggregated(role.settings.mode, role.queues(), role.counters) if role else None
+                ),
             )
         )
 
@@ -626,6 +663,17 @@ async def serve_forever(config: SimConfig) -> int:
         if not status.done():
             status.set_result(code)
 
+    role = server.disaggregation
+    if isinstance(role, PrefillRole):
+        try:
+            await role.listen(config.host)
+        except OSError as exc:
+            address = f"{config.host}:{role.settings.bootstrap_port}"
+            _start_error(
+                f"--disaggregation-bootstrap-port: cannot listen on {address}: {exc.strerror or exc}"
+            )
+            listener.close()
+            return 1
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, end, 0)
     print(
@@ -650,6 +698,8 @@ async def serve_forever(config: SimConfig) -> int:
         load()
     code = await status
     listener.close()
+    if isinstance(role, PrefillRole):
+        role.close()
     if server.rendezvous is not None:
         await server.rendezvous.close(shutdown=code == 0)
     if server.trace is not None:
