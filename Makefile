@@ -9,10 +9,14 @@ STAMP := $(VENV)/.installed
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+# With sglang-router at the version fairbench.campaign.router_flags pins: the tests put it in front of the
+# simulator's prefill and decode servers, as the bench role installs it on the hosts.
+$(STAMP): pyproject.toml bench/fairbench/campaign/router_flags.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet \
+		"$$($(BIN)/python -c 'from fairbench.campaign.router_flags import ROUTER_REQUIREMENT as r; print(r)')"
 	touch $(STAMP)
 
 # lm-eval in a venv of its own (it brings pandas, scipy and datasets; fairbench runs it as a process), at

@@ -23,7 +23,7 @@ from fairbench.measure.workload import WorkloadSpec
 
 REPO = Path(__file__).resolve().parents[2]
 WORKLOAD = {
-    "api": "completions",
+    "api": "generate",
     "dataset": "random-ids",
     "input_len": 64,
     "output_len": 32,
@@ -36,8 +36,11 @@ PORTS = HostPorts(
 )
 
 
-def _campaign(configs: dict[str, Any], common: dict[str, Any] | None = None) -> Campaign:
-    data = {"name": "pd", "engine": "sim", "model": "m", "configs": configs, "workload": WORKLOAD}
+def _campaign(
+    configs: dict[str, Any], common: dict[str, Any] | None = None, api: str = "generate"
+) -> Campaign:
+    workload = {**WORKLOAD, "api": api}
+    data = {"name": "pd", "engine": "sim", "model": "m", "configs": configs, "workload": workload}
     if common:
         data["common"] = common
     return parse_campaign(yaml.safe_dump(data), "pd.yml", REPO)
@@ -246,4 +249,14 @@ def test_a_server_that_fails_fails_the_job_at_health_naming_it_and_every_unit_is
         "stop pd-decode-0.service",
         "stop pd-prefill-0.service",
         "journal",
+    ]
+
+
+def test_random_token_ids_through_completions_are_refused_beside_a_disaggregated_config() -> None:
+    # sglang-router 0.3.2 answers a token-id prompt on /v1/completions with 422: every request would fail.
+    with pytest.raises(CampaignError) as failed:
+        _campaign({"pd": {"disaggregation": {"prefill": {}, "decode": {}}}}, api="completions")
+    assert failed.value.messages == [
+        "pd.yml: workload.api: completions with random token ids: sglang-router refuses token-id prompts "
+        "there (422), so pd would answer none: use api generate (token ids) or chat (text)"
     ]

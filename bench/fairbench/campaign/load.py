@@ -44,6 +44,7 @@ from fairbench.campaign.model import (
 from fairbench.campaign.objectives import check_slo
 from fairbench.campaign.rules import (
     check_expected_start,
+    check_router_prompts,
     check_search,
     report_problems,
     warn_concurrency_above_capacity,
@@ -132,6 +133,7 @@ def _campaign(findings: Findings, document: object, base_dir: Path) -> Campaign:
         warn_concurrency_above_capacity(findings, path, workload, configs)
         warn_levels_without_their_concurrency(findings, path, workload)
         warn_speculation_on_random_prompts(findings, path, workload, configs)
+        check_router_prompts(findings, path, workload, configs)
         check_search(findings, path, workload, slo)
     return Campaign(
         source=findings.source,

@@ -37,7 +37,7 @@ from fairbench.campaign.model import (
 from fairbench.campaign.structure import Layer
 from fairbench.measure.bounds import GPUS, RUNNING_REQUESTS
 from fairbench.measure.slo import SloTarget
-from fairbench.measure.workload import CHAT, GENERATED
+from fairbench.measure.workload import CHAT, COMPLETIONS, GENERATED
 
 _SGLANG_DEFAULTS = {"tp-size": 1, "ep-size": 1}
 
@@ -229,6 +229,20 @@ def random_prompts(workload: Workload) -> str | None:
     if workload.dataset not in GENERATED or (workload.multi_turn and workload.multi_turn.sharegpt):
         return None
     return "random words" if workload.api == CHAT else "random token ids"
+
+
+def check_router_prompts(
+    findings: Findings, path: str, workload: Workload, configs: Mapping[str, ServingConfig]
+) -> None:
+    """sglang-router 0.3.2 answers a token-id prompt on /v1/completions with 422 before any server sees
+    it (its completion request takes text alone): a disaggregated config would fail every such request."""
+    routed = [name for name, config in configs.items() if config.disaggregation is not None]
+    if routed and workload.api == COMPLETIONS and random_prompts(workload) == "random token ids":
+        findings.error(
+            join_path(path, "api"),
+            f"completions with random token ids: sglang-router refuses token-id prompts there (422), so "
+            f"{', '.join(routed)} would answer none: use api generate (token ids) or chat (text)",
+        )
 
 
 def warn_speculation_on_random_prompts(

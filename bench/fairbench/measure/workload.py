@@ -27,7 +27,8 @@ from fairbench.measure.vocabulary import Vocabulary
 
 CHAT = "chat"
 """The API whose prompts are text (its messages' content)."""
-APIS = ("completions", CHAT, "generate")
+COMPLETIONS = "completions"
+APIS = (COMPLETIONS, CHAT, "generate")
 """SGLang's generation APIs a workload's requests may go to (``measure.client`` speaks each)."""
 DEFAULT_API = APIS[0]
 RANDOM_IDS = "random-ids"
