@@ -14,6 +14,7 @@ from fairbench.report.config_files import unit_environment
 from fairbench.report.differences import (
     Declared,
     PairDifferences,
+    _role_keys,
     compare_settings,
     flatten,
     launch_flags,
@@ -444,3 +445,33 @@ def test_a_driver_upgraded_between_two_runs_is_a_threat_to_comparing_them() -> N
     assert _rows(pair) == [("host", "gpu.driver_version", "'580.95.05'", "'580.159.04'", "threat")]
     (same,) = run_differences(run("again", LAB1), run("after", LAB1))
     assert same.differences == []
+
+
+def test_a_disaggregated_config_declares_the_fields_its_roles_set_and_only_beside_one() -> None:
+    # Its server_info.json is its decode server's: the mode, the transfer settings, SGLang's decode-side
+    # radix cache default and the simulator's transfer model follow from its disaggregation key.
+    fields = (
+        "disaggregation_mode",
+        "disaggregation_bootstrap_port",
+        "disable_radix_cache",
+        "sim.disaggregation",
+        "sim.disaggregation.kv_transfer_gb_s",
+        "internal_states.0.disaggregation_mode",
+    )
+    assert all(Declared(disaggregation=True).covers("server", name) for name in fields)
+    assert not any(Declared().covers("server", name) for name in fields)
+    assert not Declared(disaggregation=True).covers("server", "attention_backend")
+
+
+def test_the_roles_flags_over_the_configs_own_are_declared_by_the_disaggregated_config() -> None:
+    entry = {
+        "args": {"tp-size": 4, "max-running-requests": 64},
+        "disaggregation": {
+            "servers": [
+                {"args": {"tp-size": 4, "max-running-requests": 64, "base-gpu-id": 0}},
+                {"args": {"tp-size": 2, "max-running-requests": 64, "base-gpu-id": 4, "page-size": 64}},
+            ]
+        },
+    }
+    assert _role_keys(entry) == {"tp-size", "base-gpu-id", "page-size"}
+    assert _role_keys({"args": {"tp-size": 8}}) == frozenset()

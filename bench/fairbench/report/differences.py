@@ -134,6 +134,9 @@ DERIVED_FIELDS = {
     "torch_compile_max_bs": Derived(
         "on a CPU, when not set, the decode CUDA graph's max_bs", ("--torch-compile-max-bs",)
     ),
+    "world_size": Derived(
+        "a rank's GPUs: tp-size x pp-size (x dp-size)", ("--tp-size", "--pp-size", "--dp-size")
+    ),
     "effective_max_running_requests_per_dp": Derived(
         "a DP rank's running-request limit, from its KV cache's capacity and max-running-requests"
     ),
@@ -167,6 +170,11 @@ SIM_FLAG_FIELDS = {
 NODES_FIELDS = ("nnodes", "sim.nodes")
 """The /server_info fields a config's ``nodes`` sets: fairbench renders ``--nnodes`` from it, and the
 simulator reports its nodes under ``sim.nodes``."""
+DISAGGREGATION_FIELDS = ("disaggregation_*", "sim.disaggregation", "disable_radix_cache")
+"""The /server_info fields a config's ``disaggregation`` sets: fairbench renders ``--disaggregation-mode``
+and the bootstrap port per server, SGLang's decode server turns its radix cache off unless
+``disaggregation-decode-enable-radix-cache`` says otherwise, and the simulator reports its transfer model
+under ``sim.disaggregation``."""
 
 ABSENT = "(absent)"
 """Stands in for a setting one side does not have."""
@@ -182,6 +190,8 @@ class Declared:
     workload: bool = False
     nodes: bool = False
     """Whether the two sides' ``nodes`` (the hosts one server spans) differ."""
+    disaggregation: bool = False
+    """Whether either side is a disaggregated config (its server_info.json a decode server's)."""
 
     def covers(self, source: str, name: str) -> bool:
         if source == "environment":
@@ -193,6 +203,7 @@ class Declared:
         fields = [key.replace("-", "_") for key in self.args]
         fields += [SIM_FLAG_FIELDS[key] for key in self.sim if key in SIM_FLAG_FIELDS]
         fields += list(NODES_FIELDS) if self.nodes else []
+        fields += list(DISAGGREGATION_FIELDS) if self.disaggregation else []
         return _matches(fields, setting_name(name))
 
 
@@ -411,6 +422,7 @@ def declared_between_configs(run: Run, a: str, b: str) -> Declared:
         env=section_keys("env"),
         sim=section_keys("sim"),
         nodes=_nodes(entries[0]) != _nodes(entries[1]),
+        disaggregation=any(entry.get("disaggregation") for entry in entries),
     )
 
 
