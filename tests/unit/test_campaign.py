@@ -1037,4 +1037,4 @@ def test_validate_reports_errors_on_stderr_and_exits_one(
     assert main(["validate", str(CAMPAIGNS / "demo.yml"), str(path)]) == 1
     captured = capsys.readouterr()
     assert captured.err == f"{path}: configs.ep4.args.ep-size: 3 does not divide tp-size 8\n"
-    assert "campaign demo, engine sim, 6 configs" in captured.out
+    assert "campaign demo, engine sim, 7 configs" in captured.out

@@ -128,9 +128,9 @@ def test_a_resume_with_a_changed_campaign_is_refused_naming_the_run_the_keys_and
     with pytest.raises(ResumeRefused) as refused:
         check_resume(run_dir, after, allow_changed=False, allowed_by=FLAG)
     head, *lines, last = str(refused.value).splitlines()
-    # The common setting, then each of the six configs' argv, args and sglang_argv.
+    # The common setting, then each of the seven configs' argv, args and sglang_argv, and pd's two servers' args and argv.
     assert head == (
-        f"{run_dir}: a resume of this run with another campaign: 19 key(s) of the expanded campaign differ "
+        f"{run_dir}: a resume of this run with another campaign: 26 key(s) of the expanded campaign differ "
         "from the run's campaign.json (recorded -> now):"
     )
     assert lines[:3] == [
@@ -138,7 +138,7 @@ def test_a_resume_with_a_changed_campaign_is_refused_naming_the_run_the_keys_and
         '  configs.tp8.argv[8]: "0.88" -> "0.9"',
         '  configs.tp8.sglang_argv[8]: "0.88" -> "0.9"',
     ]
-    assert len(lines) == SHOWN + 1 and lines[-1] == f"  ... and {19 - SHOWN} more"
+    assert len(lines) == SHOWN + 1 and lines[-1] == f"  ... and {26 - SHOWN} more"
     assert last == (
         "The run's points so far were measured under the recorded campaign. Use a new run id for this one, "
         f"or resume with it on purpose: {FLAG} (the recorded campaign is then kept as campaign.<n>.json, and "
@@ -166,7 +166,7 @@ def test_a_new_run_is_recorded_indented_as_ansible_wrote_it_in_the_campaigns_ord
     assert (
         list(recorded["configs"])
         == list(campaign["configs"])
-        == ["tp8", "tp8-nccl", "ep4", "ep8", "ep8-eplb", "ep4-fp8kv"]
+        == ["tp8", "tp8-nccl", "ep4", "ep8", "ep8-eplb", "ep4-fp8kv", "pd"]
     )
     assert list(recorded["workloads"]) == ["random", "agentic"]
     # The same again: nothing written.

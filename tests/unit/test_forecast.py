@@ -255,11 +255,11 @@ def test_the_start_is_learned_over_declared_over_the_simulators_load_time() -> N
 
 def test_the_demos_plan_counts_every_point_and_request_of_its_repeats() -> None:
     found = forecast(load_campaign(DEMO), {"gpu_hosts": ["lab1", "lab2"]}, placement="spread", hosts_from="t")
-    # A repeat: random 17 + 32 + 128 + 512 requests, agentic 22 + 52 + 196, over 7 levels; 6 configs.
+    # A repeat: random 17 + 32 + 128 + 512 requests, agentic 22 + 52 + 196, over 7 levels; 7 configs.
     per_repeat = 17 + 32 + 128 + 512 + 22 + 52 + 196
     least, most = found.outlook[LEAST], found.outlook[MOST]
-    assert (least.jobs, least.points, least.requests) == (18, 18 * 7, 18 * per_repeat)
-    assert (most.jobs, most.points, most.requests) == (24, 24 * 7, 24 * per_repeat)
+    assert (least.jobs, least.points, least.requests) == (21, 21 * 7, 21 * per_repeat)
+    assert (most.jobs, most.points, most.requests) == (28, 28 * 7, 28 * per_repeat)
     assert all(cost.points_from == SIMULATOR for cost in found.configs.values())
 
 

@@ -46,13 +46,13 @@ def test_the_plan_follows_the_campaigns_lines_and_counts_every_job_point_and_req
         load_campaign(DEMO), {"gpu_hosts": ["gpu_hosts-1"]}, placement="spread", hosts_from=""
     )
     least, most = expected.outlook[LEAST], expected.outlook[MOST]
-    # 6 configs x 3 (or 4) repeats; each repeat 7 points and 959 requests (warmups and primers included).
+    # 7 configs x 3 (or 4) repeats; each repeat 7 points and 959 requests (warmups and primers included).
     assert planned[-2] == (
-        f"  at the least: 18 jobs (each a server start), 126 points, 17,262 requests; {least.gpu_hours:,.2f} "
+        f"  at the least: 21 jobs (each a server start), 147 points, 20,139 requests; {least.gpu_hours:,.2f} "
         f"GPU-hours; wall time {clock_text(least.wall_s)}"
     )
     assert planned[-1] == (
-        f"  at the most: 24 jobs (each a server start), 168 points, 23,016 requests; {most.gpu_hours:,.2f} "
+        f"  at the most: 28 jobs (each a server start), 196 points, 26,852 requests; {most.gpu_hours:,.2f} "
         f"GPU-hours; wall time {clock_text(most.wall_s)}"
     )
     tp8 = next(line for line in planned if line.startswith("  tp8 "))
@@ -90,7 +90,7 @@ def test_the_inventorys_hosts_limit_and_placement_are_ansibles(
     header = next(line for line in lines if line.startswith("plan: "))
     assert header == f"plan: 3 host(s) (gpu_hosts: g1, g2, g3; {inventory}), placement every-host"
     # every-host: each config on each host, all its repeats in one job.
-    assert any(line.startswith("  at the least: 18 jobs ") for line in lines)
+    assert any(line.startswith("  at the least: 21 jobs ") for line in lines)
     code, lines, _ = validate(capsys, str(DEMO), "--plan", "--fresh", "-i", str(inventory), "-l", "g2")
     assert next(line for line in lines if line.startswith("plan: ")).startswith(
         "plan: 1 host(s) (gpu_hosts: g2;"

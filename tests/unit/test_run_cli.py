@@ -547,7 +547,7 @@ def test_the_plan_alone_is_printed_from_the_inventorys_hosts_and_nothing_is_play
         lines[plan + 1]
         == "  repeats of each level: 3 to 4; workload random: 4 levels; workload agentic: 3 levels"
     )
-    assert lines[-1].startswith("  at the most: 24 jobs (each a server start), 168 points, 23,016 requests; ")
+    assert lines[-1].startswith("  at the most: 28 jobs (each a server start), 196 points, 26,852 requests; ")
     assert not (project / "results" / "demo").exists()
 
 
@@ -558,6 +558,6 @@ def test_a_run_starts_with_its_plan_in_a_line_and_keeps_it_for_the_report(
     assert code == 0
     kept = read_forecast(project / "results" / "demo" / "r1")
     assert kept is not None and kept.pools == {"gpu_hosts": ["gpu1", "gpu2"]}
-    assert kept.outlook[LEAST].jobs == 18 and kept.outlook[MOST].jobs == 24
+    assert kept.outlook[LEAST].jobs == 21 and kept.outlook[MOST].jobs == 28
     assert summary_line(kept) in out.splitlines()
-    assert summary_line(kept).startswith("plan: 18 to 24 jobs, ")
+    assert summary_line(kept).startswith("plan: 21 to 28 jobs, ")
