@@ -46,7 +46,8 @@ def test_the_demo_verdict_names_tp8_ep4_and_eplb_in_the_order_its_profile_implie
         part = index.split(f"## Workload {workload}")[1].split("## Workload ")[0]
         assert _orders(part) == _orders((run_dir / f"report.{workload}.md").read_text()), workload
     random = index.split("## Workload agentic")[0]
-    lowest, peak, under_slo = (_orders(random)[regime] for regime in REGIMES)
+    # The single servers' order, which the profile's layouts set; the disaggregated config's is below.
+    lowest, peak, under_slo = (_single(_orders(random)[regime]) for regime in REGIMES)
     assert set(lowest[:2]) == {"tp8", "tp8-nccl"}, lowest  # the same layout: which leads is noise
     # EP4 leads EP8 by 2 % at the peak in the profile: where the verdict does not find it ahead by more than
     # the campaign's 1 % margin, the order of their means may go either way.
@@ -61,7 +62,9 @@ def test_the_demo_verdict_names_tp8_ep4_and_eplb_in_the_order_its_profile_implie
     assert all("the time went outside the server" in why for why in running), running
     assert "may be capped" not in notes
     # The agent's traffic on the same profile: TP8 still the fastest for one user, EPLB still the slowest.
-    agentic = _orders(index.split("## Workload agentic")[1])
+    agentic = {
+        regime: _single(order) for regime, order in _orders(index.split("## Workload agentic")[1]).items()
+    }
     assert set(agentic["Lowest load"][:2]) == {"tp8", "tp8-nccl"}, agentic
     assert all(order[-1] == "ep8-eplb" for order in agentic.values()), agentic
     # Its conversations find their primed system prompt and then their earlier turns in the cache: each
@@ -77,15 +80,27 @@ def test_the_demo_verdict_names_tp8_ep4_and_eplb_in_the_order_its_profile_implie
     random_report = (run_dir / "report.random.md").read_text()
     answers = section(random_report, "## Answers")
     probes = {line.split("|")[1].strip(): line for line in answers.splitlines() if " of 16 |" in line}
-    for config in ("tp8-nccl", "ep4", "ep8", "ep8-eplb"):
+    for config in ("tp8-nccl", "ep4", "ep8", "ep8-eplb", "pd"):
         assert "| 16 of 16 |" in probes[config] and "passes" in probes[config], answers
     assert "**fails**" in probes["ep4-fp8kv"], answers
     scores = {
         line.split("|")[1].strip(): line.split("|")[2] for line in answers.splitlines() if " of 40 (" in line
     }
-    assert len(scores) == 6 and len({score for config, score in scores.items() if config != "ep4-fp8kv"}) == 1
+    assert len(scores) == 7 and len({score for config, score in scores.items() if config != "ep4-fp8kv"}) == 1
     assert "**ep4-fp8kv** is ranked nowhere: " in section(random_report, "## Verdict")
     assert all("ep4-fp8kv" not in order for order in _orders(random).values())
+    # The disaggregated config (a tp8 prefill server and a tp8 decode server behind sglang-router): its
+    # answers are tp8's (checked above); its 16 GPUs make the peak a per-GPU comparison; its servers and
+    # where its TTFT went have their own section, the prefill server holding part of each first token and
+    # the router and decode the rest.
+    assert "output tok/s per GPU (the configs use 8, 16 GPUs)" in section(random_report, "## Verdict")
+    servers = section(random_report, "## Disaggregated servers")
+    for level, row in table(section(servers, "### pd: TTFT split")).items():
+        ttft, prefill, rest = (
+            float(row[key].replace(",", "")) for key in ("TTFT ms", "prefill ms", "rest ms")
+        )
+        assert 0 < prefill < ttft and rest > 0, (level, row)
+    assert all(row["KV transfer ms"] != "-" for row in table(section(servers, "### pd: prefill-0")).values())
 
 
 REGIMES = ("Lowest load", "Peak throughput", "Highest load under the SLO")
@@ -100,6 +115,11 @@ def _orders(text: str) -> dict[str, list[str]]:
     }
     assert set(found) == set(REGIMES), verdict
     return found
+
+
+def _single(order: list[str]) -> list[str]:
+    """An order without the disaggregated config: the single servers' order among themselves."""
+    return [config for config in order if config != "pd"]
 
 
 def _not_ahead(text: str) -> str:

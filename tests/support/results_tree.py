@@ -33,14 +33,16 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from fairbench.answers.check import answers_path, write_answers
+from fairbench.campaign.disaggregation import HostPorts, served_units
 from fairbench.campaign.fleet_facts import REASONS
 from fairbench.campaign.load import parse_campaign
 from fairbench.campaign.model import Campaign, ServingConfig
@@ -140,49 +142,115 @@ def _unit(campaign: Campaign, config: ServingConfig, env: Mapping[str, str], exe
     )
 
 
+def _free_ports(count: int) -> int:
+    """The first of ``count`` consecutive free loopback ports (a disaggregated config's servers take
+    consecutive ports, as ``campaign.disaggregation.served_units`` lays them out)."""
+    while True:
+        first = _free_port()
+        if first + count < 65536 and all(_bindable(first + offset) for offset in range(1, count)):
+            return first
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+@dataclass
+class Served:
+    """A config's server (a disaggregated config's router) as a job sweeps it: its URL and, for a
+    disaggregated config, each prefill and decode server's, and what the unit would start."""
+
+    url: str
+    exec_start: list[str]
+    roles: dict[str, str] = field(default_factory=dict)
+    failure: dict[str, str] = field(default_factory=dict)
+    server_info: dict[str, Any] = field(default_factory=dict)
+
+
+@contextmanager
+def _serving(
+    config: ServingConfig, extra: Sequence[str], env: Mapping[str, str], journal: Path
+) -> Iterator[Served]:
+    """The config's processes started as its units would be (a disaggregated config's servers, then its
+    router, the real sglang-router of this venv), waited on until healthy; stopped when the block ends."""
+    port = _free_port()
+    servers = len(config.disaggregation.servers) if config.disaggregation else 0
+    ports = HostPorts(
+        "127.0.0.1",
+        port,
+        _free_ports(servers) if servers else 0,
+        _free_ports(servers) if servers else 0,
+        _free_port(),
+    )
+    units = served_units(config.to_json(), ports)
+    processes: list[subprocess.Popen[bytes]] = []
+    served = Served(units[-1]["url"], [])
+    with journal.open("wb") as output:
+        for unit in units:
+            if unit["program"] == "router":
+                argv = [sys.executable, "-m", "sglang_router.launch_router", *unit["argv"]]
+            else:
+                argv = [*FAIRBENCH, "sim", *unit["argv"], *extra]
+            served.exec_start = argv
+            process = subprocess.Popen(
+                argv, cwd=REPO, stdout=output, stderr=subprocess.STDOUT, env={**os.environ, **env}
+            )
+            processes.append(process)
+            health = "/readiness" if unit["program"] == "router" else "/health_generate"
+            deadline = time.monotonic() + 30
+            while _get(unit["url"] + health)[0] != 200:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    served.failure = {
+                        "stage": "health",
+                        "reason": f"{unit['url']}{health} never answered 200",
+                    }
+                    break
+                time.sleep(0.05)
+            if served.failure:
+                break
+            if unit["role"] in ("server", "decode") and not served.server_info:
+                code, body = _get(unit["url"] + "/server_info")
+                served.server_info = json.loads(body) if code == 200 else {}
+            if unit["role"] in ("prefill", "decode"):
+                served.roles[unit["name"]] = unit["url"]
+    try:
+        yield served
+    finally:
+        for process in reversed(processes):
+            process.terminate()
+            process.wait(timeout=10)
+
+
 def run_config(
     campaign: Campaign, config: ServingConfig, host: str, config_dir: Path, deviation: Deviation
 ) -> None:
     """One config on one host: serve, sweep, save every file the Ansible layer saves."""
     config_dir.mkdir(parents=True)
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
     fault = ["--sim-fault", deviation.fault] if deviation.fault else []
-    exec_start = [
-        *FAIRBENCH,
-        "sim",
-        *config.argv,
-        *deviation.flags,
-        *fault,
-        *("--host", "127.0.0.1", "--port", str(port)),
-    ]
     env = {**SERVING_ENVIRONMENT, **config.env, **deviation.env}
-    (config_dir / "unit.service").write_text(_unit(campaign, config, env, exec_start))
-    journal = config_dir / "journal.log"
-    with journal.open("wb") as output:
-        server = subprocess.Popen(
-            exec_start, cwd=REPO, stdout=output, stderr=subprocess.STDOUT, env={**os.environ, **env}
-        )
-    failure: dict[str, str] = {}
-    try:
-        deadline = time.monotonic() + 30
-        while _get(url + "/health_generate")[0] != 200:
-            if server.poll() is not None or time.monotonic() > deadline:
-                failure = {"stage": "health", "reason": f"{url}/health_generate never answered 200"}
-                break
-            time.sleep(0.05)
+    with _serving(config, [*deviation.flags, *fault], env, config_dir / "journal.log") as served:
+        (config_dir / "unit.service").write_text(_unit(campaign, config, env, served.exec_start))
+        failure = served.failure
         if not failure:
-            code, body = _get(url + "/server_info")
-            info = json.loads(body) if code == 200 else {}
-            (config_dir / "server_info.json").write_text(json.dumps(info, indent=2) + "\n")
+            (config_dir / "server_info.json").write_text(json.dumps(served.server_info, indent=2) + "\n")
             (config_dir / "host.json").write_text(json.dumps(host_facts(), indent=2) + "\n")
-            _answers(campaign, url, config_dir, repeat=0)
+            _answers(campaign, served.url, config_dir, repeat=0)
             identity = RunIdentity(campaign.name, config_dir.parent.parent.name, host, config.name)
             # Every repeat, automatic ones added by the sweep itself, as one server's sweep measures them.
-            failure, _, _ = _sweep(campaign, url, config_dir, identity, repeats=None, extend_repeats=True)
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+            failure, _, _ = _sweep(
+                campaign,
+                served.url,
+                config_dir,
+                identity,
+                repeats=None,
+                extend_repeats=True,
+                roles=served.roles,
+            )
     record_status(
         config_dir,
         host=host,
@@ -328,14 +396,25 @@ def _sweep(
     *,
     repeats: list[int] | None,
     extend_repeats: bool,
+    roles: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, str], dict[str, float | None], list[dict[str, Any]]]:
     """``repeats`` (None: every one) of each workload swept into ``config_dir`` as fairbench_config_run
-    sweeps them (``config_run.sweep_workloads``): the failure (none, or its stage and reason), when the
-    first request went out and the last point ended, and the points as the module returns them
-    (``levels``)."""
+    sweeps them (``config_run.sweep_workloads``), a disaggregated config's servers (``roles``) scraped
+    beside it: the failure (none, or its stage and reason), when the first request went out and the last
+    point ended, and the points as the module returns them (``levels``)."""
     specs = {
-        name: ansible_support.sweep_spec(
-            workload, url, identity=identity, repeats=repeats, extend_repeats=extend_repeats, slo=campaign.slo
+        name: replace(
+            ansible_support.sweep_spec(
+                workload,
+                url,
+                identity=identity,
+                repeats=repeats,
+                extend_repeats=extend_repeats,
+                slo=campaign.slo,
+                # The server's GPUs, as the bench role passes them: per-GPU figures where the counts differ.
+                gpus=campaign.configs[identity.config].gpus or None if identity.config else None,
+            ),
+            role_servers=dict(roles or {}),
         )
         for name, workload in campaign.workloads.items()
     }

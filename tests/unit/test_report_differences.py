@@ -461,6 +461,10 @@ def test_a_disaggregated_config_declares_the_fields_its_roles_set_and_only_besid
     assert all(Declared(disaggregation=True).covers("server", name) for name in fields)
     assert not any(Declared().covers("server", name) for name in fields)
     assert not Declared(disaggregation=True).covers("server", "attention_backend")
+    # Its GPUs, which each point's per-GPU figure is divided by, follow from it, as from a declared tp-size.
+    assert Declared(disaggregation=True).covers("sweep", "gpus")
+    assert Declared(args=frozenset({"tp-size"})).covers("sweep", "gpus")
+    assert not Declared(args=frozenset({"ep-size"})).covers("sweep", "gpus")
 
 
 def test_the_roles_flags_over_the_configs_own_are_declared_by_the_disaggregated_config() -> None:

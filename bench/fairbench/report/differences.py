@@ -137,6 +137,9 @@ DERIVED_FIELDS = {
     "world_size": Derived(
         "a rank's GPUs: tp-size x pp-size (x dp-size)", ("--tp-size", "--pp-size", "--dp-size")
     ),
+    "sim.numerics_family.name": Derived(
+        "the simulator's name for the numerics its launch flags give (sim.numerics_family.flags)"
+    ),
     "effective_max_running_requests_per_dp": Derived(
         "a DP rank's running-request limit, from its KV cache's capacity and max-running-requests"
     ),
@@ -176,6 +179,8 @@ and the bootstrap port per server, SGLang's decode server turns its radix cache 
 ``disaggregation-decode-enable-radix-cache`` says otherwise, and the simulator reports its transfer model
 under ``sim.disaggregation``."""
 
+GPU_FLAGS = frozenset({"tp-size", "pp-size", "dp-size", "enable-dp-attention", "device"})
+"""The flags a server's GPU count follows from (``campaign.model.gpus_needed``)."""
 ABSENT = "(absent)"
 """Stands in for a setting one side does not have."""
 
@@ -193,17 +198,25 @@ class Declared:
     disaggregation: bool = False
     """Whether either side is a disaggregated config (its server_info.json a decode server's)."""
 
+    @property
+    def sets_gpus(self) -> bool:
+        """Whether the declared differences change a server's GPU count (``campaign.model.gpus_needed``)."""
+        return self.disaggregation or bool(self.args & GPU_FLAGS)
+
     def covers(self, source: str, name: str) -> bool:
         if source == "environment":
             return name in self.env
         if source == "sweep":
-            return self.workload
+            # The GPUs each point is divided by follow from the layout the campaign declared.
+            return self.workload or (name == "gpus" and self.sets_gpus)
         if source != "server":
             return False
         fields = [key.replace("-", "_") for key in self.args]
         fields += [SIM_FLAG_FIELDS[key] for key in self.sim if key in SIM_FLAG_FIELDS]
         fields += list(NODES_FIELDS) if self.nodes else []
         fields += list(DISAGGREGATION_FIELDS) if self.disaggregation else []
+        # The simulator reports the numerics flags it was launched with under its numerics family.
+        fields += [f"sim.numerics_family.flags.{key.replace('-', '_')}" for key in self.args]
         return _matches(fields, setting_name(name))
 
 
