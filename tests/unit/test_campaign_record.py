@@ -128,7 +128,7 @@ def test_a_resume_with_a_changed_campaign_is_refused_naming_the_run_the_keys_and
     with pytest.raises(ResumeRefused) as refused:
         check_resume(run_dir, after, allow_changed=False, allowed_by=FLAG)
     head, *lines, last = str(refused.value).splitlines()
-    # The common setting, then each of the seven configs' argv, args and sglang_argv, and pd's two servers' args and argv.
+    # The common setting, then each of the seven configs' argv, args and sglang_argv, and pd's servers'.
     assert head == (
         f"{run_dir}: a resume of this run with another campaign: 26 key(s) of the expanded campaign differ "
         "from the run's campaign.json (recorded -> now):"
