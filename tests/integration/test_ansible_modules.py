@@ -1034,7 +1034,14 @@ def test_report_module_renders_the_report_and_names_failed_configs(tmp_path: Pat
     task = [{"name": "Report", fqcn("fairbench_report"): {"run_dir": str(run_dir)}}]
     # Configs of the campaign with no results at all count as failed too: never silently missing. Spread
     # over the hosts (the campaign's placement), such a config ran on no host.
-    not_ok = ["(no host)/tp8-nccl", "lab1/ep4", "(no host)/ep8", "(no host)/ep8-eplb", "(no host)/ep4-fp8kv"]
+    not_ok = [
+        "(no host)/tp8-nccl",
+        "lab1/ep4",
+        "(no host)/ep8",
+        "(no host)/ep8-eplb",
+        "(no host)/ep4-fp8kv",
+        "(no host)/pd",
+    ]
     checked = run_play(tmp_path, task, "--check")["Report"]
     assert sorted(checked["failed_configs"]) == sorted(not_ok)
     assert checked["changed"] is False and not (run_dir / "report.md").exists()
