@@ -198,6 +198,11 @@ def _stats(samples: Sequence[Scrape], key: str) -> tuple[float | None, float | N
     return (sum(values) / len(values), max(values)) if values else (None, None)
 
 
+def _in_window(samples: Sequence[Scrape], window: tuple[int, int] | None) -> list[Scrape]:
+    """The samples taken in ``window`` (``perf_counter_ns`` bounds); all of them without one."""
+    return [sample for sample in samples if window is None or window[0] <= sample.t_ns < window[1]]
+
+
 def point_fields(scrapes: PointScrapes, window: tuple[int, int] | None) -> dict[str, Any]:
     """A point's server fields.
 
@@ -237,9 +242,7 @@ def point_fields(scrapes: PointScrapes, window: tuple[int, int] | None) -> dict[
     for field, key in (("server_in_flight_mean", "e2e_latency_s"), ("server_queued_mean", "queue_time_s")):
         seconds = delta(key)
         fields[field] = seconds / span_s if seconds is not None and span_s > 0 else None
-    samples = scrapes.samples
-    if window is not None:
-        samples = [sample for sample in samples if window[0] <= sample.t_ns < window[1]]
+    samples = _in_window(scrapes.samples, window)
     for key in ("running", "queue", "token_usage"):
         fields[f"server_{key}_mean"], fields[f"server_{key}_max"] = _stats(samples, key)
     # SGLang writes the gauge as 0 where it does not speculate (and before a speculating server's first
@@ -270,9 +273,7 @@ def role_fields(scrapes: PointScrapes, window: tuple[int, int] | None) -> dict[s
     before, after = scrapes.before, scrapes.after
     start = before.values if isinstance(before, Scrape) else {}
     end = after.values if isinstance(after, Scrape) else {}
-    samples = scrapes.samples
-    if window is not None:
-        samples = [sample for sample in samples if window[0] <= sample.t_ns < window[1]]
+    samples = _in_window(scrapes.samples, window)
     for key in ROLE_QUEUES:
         fields[f"{key}_mean"], fields[f"{key}_max"] = _stats(samples, key)
     both = isinstance(before, Scrape) and isinstance(after, Scrape)
