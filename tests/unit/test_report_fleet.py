@@ -37,6 +37,9 @@ from fairbench.report.differences import config_differences
 from fairbench.report.load import Run, load_run
 from fairbench.report.markdown import render_markdown
 
+# The tests share runs built once per module: on one pytest worker, not built again on each.
+pytestmark = pytest.mark.xdist_group("report_fleet")
+
 CONFIGS = ["tp8", "tp8-nccl", "ep4", "ep8", "ep8-eplb"]
 HOSTS = ("lab1", "lab2")
 PLACED = {
