@@ -8,6 +8,7 @@ the real-server tests use, built once for all of them.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import subprocess
 from pathlib import Path
@@ -20,8 +21,8 @@ from tests.support import real_sglang
 from fairbench.campaign import sglang_flags as flag_rules
 from fairbench.campaign.findings import CampaignError
 from fairbench.campaign.load import load_campaign, parse_campaign
-from fairbench.campaign.model import ArgValue, render_flags
-from fairbench.campaign.sglang_parser import check_campaign, parse_argvs, venv_python
+from fairbench.campaign.model import render_flags
+from fairbench.campaign.sglang_parser import campaign_argvs, parse_argvs, venv_python
 from fairbench.cli import validate as campaign_cli
 from fairbench.sim.args import flag_table
 
@@ -39,25 +40,63 @@ def sglang_venv() -> Path:
     return real_sglang.VENV
 
 
+Verdicts = dict[str, dict[str, str | None]]
+"""SGLang's parser's verdicts by group (a campaign's file name, ``raw``, ``offline``), then name: None when it
+accepts the argv, else its error."""
+
+REMOVED_AND_AMBIGUOUS_BASE = ["--model-path", "moonshotai/Kimi-K2.6", "--tp-size", "8"]
+REMOVED_AND_AMBIGUOUS = {
+    "enable-ep-moe": [*REMOVED_AND_AMBIGUOUS_BASE, "--enable-ep-moe"],
+    "cuda-graph-max-bs": [*REMOVED_AND_AMBIGUOUS_BASE, "--cuda-graph-max-bs", "256"],
+    "ep-size": [*REMOVED_AND_AMBIGUOUS_BASE, "--ep-size", "8"],
+}
+"""Raw argvs: the campaign model itself refuses enable-ep-moe."""
+
+
+@pytest.fixture(scope="module")
+def verdicts(sglang_venv: Path) -> Verdicts:
+    """SGLang's verdict on every argv the tests below give it, in one run of its parser (importing SGLang
+    takes half a minute on a CPU): each shipped campaign's servers, the raw argvs, the offline cases."""
+    groups = {
+        **{path.name: campaign_argvs(load_campaign(str(path))) for path in CAMPAIGNS},
+        "raw": REMOVED_AND_AMBIGUOUS,
+        "offline": {
+            name: _offline_argv(args) for name, args in {**OFFLINE_ACCEPTS, **OFFLINE_REJECTS}.items()
+        },
+    }
+    argvs = {f"{group}/{name}": argv for group, members in groups.items() for name, argv in members.items()}
+    judged = parse_argvs(sglang_venv, argvs)
+    return {group: {name: judged[f"{group}/{name}"] for name in members} for group, members in groups.items()}
+
+
 @pytest.mark.parametrize("path", CAMPAIGNS, ids=[path.name for path in CAMPAIGNS])
-def test_every_config_of_every_campaign_parses(sglang_venv: Path, path: Path) -> None:
+def test_every_server_of_every_campaign_parses(verdicts: Verdicts, path: Path) -> None:
     campaign = load_campaign(str(path))
-    results = check_campaign(sglang_venv, campaign)
-    assert set(results) == set(campaign.configs)
+    results = verdicts[path.name]
+    # One argv per config, or one per server of a disaggregated config, by its key path.
+    expected: set[str] = set()
+    for name, config in campaign.configs.items():
+        servers = () if config.disaggregation is None else config.disaggregation.servers
+        expected |= {f"{name}.disaggregation.{server.role} ({server.name})" for server in servers} or {name}
+    assert set(results) == expected
     assert {name: error for name, error in results.items() if error is not None} == {}
 
 
-def test_removed_and_ambiguous_flags_are_rejected(sglang_venv: Path) -> None:
-    """The campaign model itself refuses enable-ep-moe, so the parser gets raw argvs here."""
-    base = ["--model-path", "moonshotai/Kimi-K2.6", "--tp-size", "8"]
-    results = parse_argvs(
-        sglang_venv,
-        {
-            "enable-ep-moe": [*base, "--enable-ep-moe"],
-            "cuda-graph-max-bs": [*base, "--cuda-graph-max-bs", "256"],
-            "ep-size": [*base, "--ep-size", "8"],
-        },
-    )
+def test_a_disaggregated_configs_servers_are_judged_with_their_roles_flags(verdicts: Verdicts) -> None:
+    """The demo's pd: its prefill and decode servers are launched, not the config's own argv."""
+    argvs = campaign_argvs(load_campaign(str(REPO / "campaigns" / "demo.yml")))
+    servers = {key: argv for key, argv in argvs.items() if key.startswith("pd")}
+    assert list(servers) == ["pd.disaggregation.prefill (prefill-0)", "pd.disaggregation.decode (decode-0)"]
+    prefill, decode = servers.values()
+    for argv, role, base_gpu in ((prefill, "prefill", "0"), (decode, "decode", "8")):
+        values = dict(itertools.pairwise(argv))
+        assert (values["--disaggregation-mode"], values["--base-gpu-id"]) == (role, base_gpu)
+    assert not any(word.startswith("--sim-") for word in prefill + decode)
+    assert [verdicts["demo.yml"][key] for key in servers] == [None, None]
+
+
+def test_removed_and_ambiguous_flags_are_rejected(verdicts: Verdicts) -> None:
+    results = verdicts["raw"]
     assert results["enable-ep-moe"] is not None
     assert "unrecognized arguments: --enable-ep-moe" in results["enable-ep-moe"]
     assert results["cuda-graph-max-bs"] is not None
@@ -75,13 +114,11 @@ def validate_args(*argv: str) -> argparse.Namespace:
 def test_validate_cli_fails_for_a_campaign_using_enable_ep_moe(
     sglang_venv: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`fairbench validate --sglang-parser`: the shipped campaign passes; the same campaign with enable-ep-moe
-    fails. The model's own rules against enable-ep-moe (its rejection, and the flag table that lacks it) are
-    lifted here, so that SGLang's parser is the judge."""
+    """`fairbench validate --sglang-parser` on the shipped campaign with enable-ep-moe: that config fails, the
+    others pass (the shipped campaign as it is passes above). The model's own rules against enable-ep-moe
+    (its rejection, and the flag table that lacks it) are lifted here, so that SGLang's parser is the
+    judge."""
     shipped = REPO / "campaigns" / "kimi-k2.6-pcie.yml"
-    assert campaign_cli.run(validate_args(str(shipped), "--sglang-parser", str(sglang_venv))) == 0
-    assert "sglang parser: ep8: ok" in capsys.readouterr().out
-
     monkeypatch.delitem(flag_rules.REJECTED_ARGS, "enable-ep-moe")
     table = flag_rules.sglang_flags()
     monkeypatch.setitem(table, "enable-ep-moe", table["enable-eplb"])  # a bare flag, as it was
@@ -93,7 +130,8 @@ def test_validate_cli_fails_for_a_campaign_using_enable_ep_moe(
         )
     )
     assert campaign_cli.run(validate_args(str(bad), "--sglang-parser", str(sglang_venv))) == 1
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert "sglang parser: tp8: ok" in out and "sglang parser: ep8: ok" not in out
     assert (
         "configs.ep8: SGLang's parser: sglang.launch_server: error: unrecognized arguments: --enable-ep-moe"
         in err
@@ -156,18 +194,20 @@ def _offline_errors(args: dict[str, Any]) -> list[str]:
     return []
 
 
-def _as_arg_values(args: dict[str, Any]) -> dict[str, ArgValue]:
-    """YAML's lists as the campaign model holds them (tuples), for ``render_flags``."""
-    return {key: tuple(value) if isinstance(value, list) else value for key, value in args.items()}
+def _offline_argv(args: dict[str, Any]) -> list[str]:
+    """The argv a config with ``args`` renders (YAML's lists as the campaign model holds them: tuples)."""
+    values = {key: tuple(value) if isinstance(value, list) else value for key, value in args.items()}
+    return ["--model-path", "m", *render_flags(values)]
 
 
-def test_the_offline_flag_check_agrees_with_sglangs_parser(sglang_venv: Path) -> None:
+def test_the_offline_flag_check_agrees_with_sglangs_parser(
+    verdicts: Verdicts,
+) -> None:
     cases = {**OFFLINE_ACCEPTS, **OFFLINE_REJECTS}
     offline = {name: _offline_errors(args) for name, args in cases.items()}
     assert {name: errors for name, errors in offline.items() if name in OFFLINE_ACCEPTS and errors} == {}
     assert [name for name in OFFLINE_REJECTS if not offline[name]] == []
-    argvs = {name: ["--model-path", "m", *render_flags(_as_arg_values(args))] for name, args in cases.items()}
-    sglang = parse_argvs(sglang_venv, argvs)
+    sglang = verdicts["offline"]
     assert {name: sglang[name] for name in OFFLINE_ACCEPTS if sglang[name] is not None} == {}
     assert [name for name in OFFLINE_REJECTS if sglang[name] is None] == []
 

@@ -147,13 +147,15 @@ def disaggregate(
             first = base if isinstance(base, int) and not isinstance(base, bool) else next_gpu
             server_args.setdefault(BASE_GPU_ID, first)
             next_gpu = max(next_gpu, first + gpus)
+            sglang_argv = ("--model-path", model, *render_flags(server_args))
             servers.append(
                 RoleServer(
                     role=role,
                     index=index,
                     unit=role_unit_name(campaign, config, role, index),
                     args=dict(sorted(server_args.items())),
-                    argv=("--model-path", model, *render_flags(server_args), *sim_argv),
+                    sglang_argv=sglang_argv,
+                    argv=(*sglang_argv, *sim_argv),
                     gpus=gpus,
                     gpu_ids=tuple(range(first, first + gpus)),
                 )

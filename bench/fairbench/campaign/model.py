@@ -374,8 +374,11 @@ class RoleServer:
     unit: str
     args: dict[str, ArgValue]
     """The config's args, the role's over them, then ``disaggregation-mode`` and ``base-gpu-id``."""
+    sglang_argv: tuple[str, ...]
+    """``sglang.launch_server`` arguments: ``--model-path MODEL`` then ``args``."""
     argv: tuple[str, ...]
-    """The engine's arguments as a single server's (``--model-path MODEL``, the args, the sim flags)."""
+    """The engine's arguments as a single server's: ``sglang_argv``, then the sim flags when the engine is
+    sim."""
     gpus: int
     gpu_ids: tuple[int, ...]
 

@@ -15,7 +15,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from fairbench.campaign.model import Campaign
+from fairbench.campaign.model import DISAGGREGATION_KEY, Campaign
 
 # Runs inside the SGLang venv: reads {name: argv} as JSON on stdin, writes {name: error or null}.
 _PARSE_SCRIPT = r"""
@@ -77,11 +77,19 @@ def parse_argvs(
 
 
 def campaign_argvs(campaign: Campaign) -> dict[str, list[str]]:
-    """Each config's rendered ``sglang.launch_server`` argv (sim-only flags excluded)."""
-    configs = campaign.to_json()["configs"]
-    return {name: list(config["sglang_argv"]) for name, config in configs.items()}
+    """Each server's rendered ``sglang.launch_server`` argv (sim-only flags excluded), by the key path it
+    comes from: a config's name, or for each server of a disaggregated config its role's
+    (``pd.disaggregation.prefill (prefill-0)``), as those are what is launched."""
+    argvs: dict[str, list[str]] = {}
+    for name, config in campaign.configs.items():
+        if config.disaggregation is None:
+            argvs[name] = list(config.sglang_argv)
+            continue
+        for server in config.disaggregation.servers:
+            argvs[f"{name}.{DISAGGREGATION_KEY}.{server.role} ({server.name})"] = list(server.sglang_argv)
+    return argvs
 
 
 def check_campaign(venv: str | Path, campaign: Campaign) -> dict[str, str | None]:
-    """``parse_argvs`` over every config of ``campaign``."""
+    """``parse_argvs`` over every server of ``campaign`` (``campaign_argvs``)."""
     return parse_argvs(venv, campaign_argvs(campaign))

@@ -137,7 +137,7 @@ def plan_ok(campaign: Campaign, inventory: InventoryHosts | None, args: argparse
 
 
 def sglang_parser_ok(venv: str, campaign: Campaign) -> bool:
-    """Prints SGLang's verdict on each config; False when it rejects any (or cannot run)."""
+    """Prints SGLang's verdict on each config's servers; False when it rejects any (or cannot run)."""
     try:
         results = check_campaign(venv, campaign)
     except SGLangParserError as exc:
