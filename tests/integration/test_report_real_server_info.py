@@ -33,6 +33,9 @@ from fairbench.campaign.model import Campaign
 from fairbench.report.differences import PairDifferences, config_differences, flatten
 from fairbench.report.load import load_run
 
+# The tests share runs built once per module: on one pytest worker, not built again on each.
+pytestmark = pytest.mark.xdist_group("report_real_server_info")
+
 LAB = REPO / "campaigns" / "lab-sglang.yml"
 RECORDED = REPO / "tests" / "fixtures" / "server_info"
 # One short level: the sweeps only have to leave a tree the report reads.
