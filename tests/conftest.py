@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import sys
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
@@ -47,6 +48,15 @@ from tests.support.sse_server import (  # noqa: E402 - needs the path above
     ServerThread,
     StartServer,
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C delivered as a terminal delivers it: a shell that starts a command in the background without
+    job control (``make test &`` in a script) makes SIGINT ignored, which every process it starts inherits,
+    and the tests of Ctrl-C would then see none. A handler is reset to the default in each child."""
+    del config
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
