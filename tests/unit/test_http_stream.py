@@ -7,7 +7,9 @@ import asyncio
 import shutil
 import socket
 import ssl
+import struct
 import subprocess
+import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from itertools import count
@@ -23,6 +25,7 @@ from fairbench.measure.http_stream import (
     ConnectionPool,
     InvalidResponse,
     Response,
+    ServerDisconnected,
     _Connection,
 )
 from fairbench.measure.workload import Prompt
@@ -420,6 +423,39 @@ def test_a_refused_connection_names_host_port_and_reason() -> None:
         )
 
     asyncio.run(run())
+
+
+def test_a_connection_reset_right_after_its_connect_fails_as_a_disconnect() -> None:
+    # A server going down resets the connections its kernel accepted: the reset can arrive between the
+    # connect and the request's write, and is then the same failure as a close before answering.
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+
+        def reset_each() -> None:
+            while True:
+                try:
+                    connection, _ = listener.accept()
+                except OSError:  # the listener closed: the test is over
+                    return
+                connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                connection.close()
+
+        threading.Thread(target=reset_each, daemon=True).start()
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/generate"
+
+        async def run() -> set[str]:
+            errors = set()
+            for _ in range(100):
+                pool = pool_for(url)
+                with pytest.raises((ServerDisconnected, ClientConnectorError)) as caught:
+                    await pool.post(b"a", lambda ns, data: None)
+                errors.add(str(caught.value).split(" (")[0])
+                pool.close()
+            return errors
+
+        errors = asyncio.run(run())
+    assert "the server closed the connection before answering" in errors
 
 
 # --- through StreamClient: the records ---------------------------------------------------------------

@@ -113,12 +113,15 @@ class _Connection(asyncio.Protocol):
         self._chunk_left = 0
         self._chunk_step = _SIZE_LINE
         self._length_left = 0
+        self._lost: Exception | None = None  # what closed the connection, when it closed between exchanges
 
     # --- the exchange
 
     async def send(self, request: bytes, sink: BodySink, stream_status: int) -> Response:
         """Write ``request``; returns once the response head arrived."""
-        assert self.transport is not None and self._state == _IDLE
+        assert self._state == _IDLE
+        if self.transport is None:  # reset between its connect and this request: a server going down
+            raise self._disconnected(self._lost)
         loop = asyncio.get_running_loop()
         self._got_head = loop.create_future()
         self._sink = sink
@@ -167,11 +170,17 @@ class _Connection(asyncio.Protocol):
         if self._state == _UNTIL_CLOSE and exc is None:
             self._end()
         elif self._state != _IDLE:
-            where = "in the middle of its response" if self._answered else "before answering"
-            detail = f" ({type(exc).__name__}: {exc})" if exc is not None else ""
-            message = f"the server closed the connection {where}{detail}"
-            self._fail(ServerDisconnected(message, answered=self._answered))
+            self._fail(self._disconnected(exc))
+        else:
+            self._lost = exc
         self._close()
+
+    def _disconnected(self, exc: Exception | None) -> ServerDisconnected:
+        """The failure of a connection the server closed (``exc``: why, where the transport knows)."""
+        where = "in the middle of its response" if self._answered else "before answering"
+        detail = f" ({type(exc).__name__}: {exc})" if exc is not None else ""
+        message = f"the server closed the connection {where}{detail}"
+        return ServerDisconnected(message, answered=self._answered)
 
     # --- reading
 
