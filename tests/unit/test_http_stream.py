@@ -436,12 +436,13 @@ def test_a_connection_reset_right_after_its_connect_fails_as_a_disconnect() -> N
             while True:
                 try:
                     connection, _ = listener.accept()
-                except OSError:  # the listener closed: the test is over
+                except OSError:  # the listener shut down: the test is over
                     return
                 connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 connection.close()
 
-        threading.Thread(target=reset_each, daemon=True).start()
+        resetter = threading.Thread(target=reset_each)
+        resetter.start()
         url = f"http://127.0.0.1:{listener.getsockname()[1]}/generate"
 
         async def run() -> set[str]:
@@ -454,7 +455,12 @@ def test_a_connection_reset_right_after_its_connect_fails_as_a_disconnect() -> N
                 pool.close()
             return errors
 
-        errors = asyncio.run(run())
+        try:
+            errors = asyncio.run(run())
+        finally:
+            listener.shutdown(socket.SHUT_RDWR)  # wakes the accept, which a close alone would leave blocked
+            resetter.join(timeout=5)
+    assert not resetter.is_alive()
     assert "the server closed the connection before answering" in errors
 
 
