@@ -120,6 +120,7 @@ class _Connection(asyncio.Protocol):
     async def send(self, request: bytes, sink: BodySink, stream_status: int) -> Response:
         """Write ``request``; returns once the response head arrived."""
         assert self._state == _IDLE
+        self._answered = False
         if self.transport is None:  # reset between its connect and this request: a server going down
             raise self._disconnected(self._lost)
         loop = asyncio.get_running_loop()
@@ -127,7 +128,6 @@ class _Connection(asyncio.Protocol):
         self._sink = sink
         self._stream_status = stream_status
         self._state = _HEAD
-        self._answered = False
         self.transport.write(request)
         try:
             return await self._got_head
