@@ -132,5 +132,14 @@ async def run_closed_loop(
                 stopped=lambda: tickets.stopped,
             )
 
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    workers = [asyncio.ensure_future(worker()) for _ in range(concurrency)]
+    try:
+        await asyncio.gather(*workers)
+    except BaseException:
+        # One worker's unexpected error ends the others at once: left running, they would go on sending
+        # through a client its owner is closing, and bury that error under their own.
+        for task in workers:
+            task.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+        raise
     return records
