@@ -427,7 +427,9 @@ def test_a_refused_connection_names_host_port_and_reason() -> None:
 
 def test_a_connection_reset_right_after_its_connect_fails_as_a_disconnect() -> None:
     # A server going down resets the connections its kernel accepted: the reset can arrive between the
-    # connect and the request's write, and is then the same failure as a close before answering.
+    # connect and the request's write, and is then the same failure as a close before answering. The
+    # listener resets from a thread of its own: a server on the client's event loop accepts a turn too late
+    # for its reset to come before the write.
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen(64)
